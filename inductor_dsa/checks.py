@@ -1,0 +1,128 @@
+"""Input validation shared by the public functions and the op implementations.
+
+Every check runs before any launch and raises TypeError (wrong kind or dtype) or
+ValueError (wrong shape, size, device) naming the argument. No check reads tensor
+data, so none syncs the device and all are valid under tracing and graph capture.
+"""
+from __future__ import annotations
+
+import torch
+
+from .formats import MXFP4_BLOCK
+
+FLOAT_DTYPES = (torch.bfloat16, torch.float16, torch.float32)
+FP8_DTYPES = (torch.float8_e4m3fn, torch.float8_e4m3fnuz)
+INT_DTYPES = (torch.int32, torch.int64, torch.int16, torch.int8, torch.uint8)
+MAX_HEADS = 256
+
+
+def tensor(x, name: str) -> torch.Tensor:
+    if not isinstance(x, torch.Tensor):
+        raise TypeError(f"{name} must be a torch.Tensor, got {type(x).__name__}")
+    return x
+
+
+def split_operand(x, name: str):
+    """A tensor -> (x, None); a pair (data, scale) -> (data, scale)."""
+    if isinstance(x, (tuple, list)):
+        if len(x) != 2:
+            raise TypeError(f"{name} must be a tensor or a (values, scales) pair, got {len(x)} items")
+        return tensor(x[0], f"{name}[0]"), tensor(x[1], f"{name}[1]")
+    return tensor(x, name), None
+
+
+def _dim(x: torch.Tensor, name: str, ndim: int, what: str) -> None:
+    if x.dim() != ndim:
+        raise ValueError(f"{name} must be {what}, got shape {tuple(x.shape)}")
+
+
+def operand_dim(x: torch.Tensor, xs, name: str, lead: int) -> tuple[str, int]:
+    """Format ('tensor' | 'mxfp4' | 'fp8') and head_dim of an operand with ``lead`` leading dims."""
+    shape_txt = "[" + ", ".join(["*"] * lead + ["D"]) + "]"
+    if xs is None:
+        _dim(x, name, lead + 1, f"a tensor {shape_txt}")
+        if x.dtype not in FLOAT_DTYPES + FP8_DTYPES:
+            raise TypeError(f"{name} must be bf16/fp16/fp32/fp8, got {x.dtype}")
+        return ("fp8" if x.dtype in FP8_DTYPES else "tensor"), x.shape[-1]
+    _dim(x, f"{name}[0]", lead + 1, f"{shape_txt}-shaped")
+    if x.dtype == torch.uint8:
+        if xs.dtype != torch.uint8:
+            raise TypeError(f"{name}[1] (MXFP4 E8M0 scales) must be uint8, got {xs.dtype}")
+        d = 2 * x.shape[-1]
+        if xs.dim() != lead + 1 or xs.shape[:-1] != x.shape[:-1] or xs.shape[-1] * MXFP4_BLOCK != d:
+            raise ValueError(
+                f"{name}[1] (MXFP4 scales) must have shape {tuple(x.shape[:-1]) + (d // MXFP4_BLOCK,)} "
+                f"for codes of shape {tuple(x.shape)} (one scale per {MXFP4_BLOCK} elements), got {tuple(xs.shape)}")
+        return "mxfp4", d
+    if x.dtype in FP8_DTYPES:
+        if xs.dtype != torch.float32:
+            raise TypeError(f"{name}[1] (FP8 row scales) must be float32, got {xs.dtype}")
+        if xs.shape != x.shape[:-1]:
+            raise ValueError(f"{name}[1] (FP8 row scales) must have shape {tuple(x.shape[:-1])}, got {tuple(xs.shape)}")
+        return "fp8", x.shape[-1]
+    raise TypeError(f"{name}[0] must be uint8 (MXFP4 codes) or float8 (FP8 values), got {x.dtype}")
+
+
+def head_dim(d: int, name: str) -> None:
+    if d < 16 or d > 512 or d & (d - 1):
+        raise ValueError(f"{name}: head_dim must be a power of two in [16, 512], got {d}")
+
+
+def same_device(pairs) -> None:
+    devs = {(n, t.device) for n, t in pairs if t is not None}
+    first = next(iter(devs))[1]
+    for n, d in devs:
+        if d != first:
+            raise ValueError(f"{n} is on {d} but other inputs are on {first}")
+
+
+def ranges(k_start, k_end, rows: int, device) -> tuple[torch.Tensor, torch.Tensor]:
+    """int32 [rows] contiguous (k_start, k_end); both None means the full range (filled by caller)."""
+    out = []
+    for x, name in ((k_start, "k_start"), (k_end, "k_end")):
+        x = tensor(x, name)
+        if x.dtype not in INT_DTYPES:
+            raise TypeError(f"{name} must be an integer tensor, got {x.dtype}")
+        if x.shape != (rows,):
+            raise ValueError(f"{name} must have shape ({rows},), got {tuple(x.shape)}")
+        if x.device != device:
+            raise ValueError(f"{name} is on {x.device} but q is on {device}")
+        out.append(x.to(torch.int32).contiguous())
+    return out[0], out[1]
+
+
+def topk_arg(topk) -> int:
+    if isinstance(topk, bool) or not isinstance(topk, int):
+        raise TypeError(f"topk must be an int, got {type(topk).__name__}")
+    if topk < 1:
+        raise ValueError(f"topk must be >= 1, got {topk}")
+    return topk
+
+
+def indexer(q, q_scale, k, k_scale, weights) -> dict:
+    """Validate indexer operands; returns T, H, D, K and the two formats."""
+    q, k, weights = tensor(q, "q"), tensor(k, "k"), tensor(weights, "weights")
+    qf, dq = operand_dim(q, q_scale, "q", 2)
+    kf, dk = operand_dim(k, k_scale, "k", 1)
+    if qf == "mxfp4" and dq < MXFP4_BLOCK:
+        raise ValueError(f"q: MXFP4 head_dim must be >= {MXFP4_BLOCK}, got {dq}")
+    if dq != dk:
+        raise ValueError(f"q head_dim {dq} does not match k head_dim {dk}")
+    head_dim(dq, "q")
+    t, h = q.shape[0], q.shape[1]
+    if h < 1 or h > MAX_HEADS:
+        raise ValueError(f"q: number of heads must be in [1, {MAX_HEADS}], got {h}")
+    if weights.dim() != 2 or tuple(weights.shape) != (t, h):
+        raise ValueError(f"weights must have shape ({t}, {h}) = [T, H] of q, got {tuple(weights.shape)}")
+    if not weights.is_floating_point() or weights.dtype in FP8_DTYPES:
+        raise TypeError(f"weights must be bf16/fp16/fp32, got {weights.dtype}")
+    if qf == "fp8" and not (kf == "fp8" and k.dtype == q.dtype):
+        raise TypeError(f"an fp8 q ({q.dtype}) needs k as an FP8 pair of the same dtype")
+    if qf == "tensor" and kf == "tensor" and q.dtype != k.dtype:
+        raise TypeError(f"q and k must share a dtype, got {q.dtype} and {k.dtype}")
+    if kf in ("mxfp4", "fp8") and qf == "tensor" and q.dtype != torch.bfloat16:
+        raise TypeError(f"with a quantised k, q must be bf16, an MXFP4 pair or fp8; got {q.dtype}")
+    if qf == "mxfp4" and kf == "tensor" and k.dtype != torch.bfloat16:
+        raise TypeError(f"with an MXFP4 q, k must be bf16 or quantised; got {k.dtype}")
+    same_device([("q", q), ("q scales", q_scale), ("k", k), ("k scales", k_scale), ("weights", weights)])
+    return dict(T=t, H=h, D=dq, K=k.shape[0], q_fmt=qf, k_fmt=kf)

@@ -1,0 +1,70 @@
+"""Per-target launch configurations. One portable kernel source; these numbers differ.
+
+gfx942 (MI300): 64-wide wavefronts, 64 KiB LDS per workgroup, MFMA 16x16 preferred
+(``matrix_instr_nonkdim=16``), the AMD pipeliner wants ``num_stages=2``; tiles are
+kept at 128 query rows x 64 keys so Q^T + two K stages fit LDS with no spills.
+sm90 (H100/H200): 256 query rows (wgmma N=256) x 128 keys, 8 warps, 3 stages.
+Every config here is compiled by ``python -m inductor_dsa.aot`` for its target.
+"""
+from __future__ import annotations
+
+import functools
+import os
+from dataclasses import dataclass, field
+
+import torch
+
+
+@dataclass(frozen=True)
+class IndexerConfig:
+    rows: int          # query rows (tokens x padded heads) resident per tile
+    bn: int            # key rows per block
+    num_warps: int
+    num_stages: int
+    progs_per_sm: int  # persistent top-k programs per multiprocessor
+    ch: int = 1024     # elements per chunk in the top-k selection passes
+    extra: dict = field(default_factory=dict)  # backend-specific knobs
+
+    def tokens(self, hp: int) -> int:
+        return max(1, self.rows // hp)
+
+
+INDEXER = {
+    "sm90": IndexerConfig(rows=256, bn=128, num_warps=8, num_stages=3, progs_per_sm=1),
+    "gfx942": IndexerConfig(rows=128, bn=64, num_warps=4, num_stages=2, progs_per_sm=2,
+                            extra={"matrix_instr_nonkdim": 16, "waves_per_eu": 2}),
+    "cuda": IndexerConfig(rows=128, bn=64, num_warps=4, num_stages=2, progs_per_sm=2),
+    "interpreter": IndexerConfig(rows=32, bn=32, num_warps=4, num_stages=1, progs_per_sm=1, ch=64),
+}
+TARGETS = ("gfx942", "sm90")
+
+
+def interpreting() -> bool:
+    return os.environ.get("TRITON_INTERPRET", "0") == "1"
+
+
+@functools.lru_cache(maxsize=None)
+def device_target(index: int) -> str:
+    """'gfx942', 'sm90', or 'cuda' (any other GPU) for a torch device index."""
+    props = torch.cuda.get_device_properties(index)
+    if torch.version.hip is not None:
+        return "gfx942" if getattr(props, "gcnArchName", "").startswith("gfx942") else "cuda"
+    return "sm90" if (props.major, props.minor) == (9, 0) else "cuda"
+
+
+@functools.lru_cache(maxsize=None)
+def multiprocessors(index: int) -> int:
+    return torch.cuda.get_device_properties(index).multi_processor_count
+
+
+def target_for(device: torch.device) -> str:
+    if device.type == "cpu":
+        return "interpreter"
+    return device_target(device.index if device.index is not None else torch.cuda.current_device())
+
+
+def num_programs(device: torch.device, cfg: IndexerConfig, tiles: int) -> int:
+    if device.type == "cpu":
+        return max(1, min(tiles, 3))
+    idx = device.index if device.index is not None else torch.cuda.current_device()
+    return max(1, min(tiles, multiprocessors(idx) * cfg.progs_per_sm))

@@ -1,0 +1,73 @@
+"""In-register decoders shared by the kernels: MXFP4 (E2M1 + E8M0), FP8 e4m3 bytes, float keys.
+
+Nothing dense is ever written: these run on freshly loaded bytes inside a tile.
+"""
+import triton
+import triton.language as tl
+
+
+@triton.jit
+def e2m1_to_f32(code):
+    """E2M1 code (int32, 0..15) -> float32: bits 0-2 index {0, .5, 1, 1.5, 2, 3, 4, 6}, bit 3 sign."""
+    mag = code & 7
+    e = mag >> 1
+    m = (mag & 1).to(tl.float32)
+    pow2 = (1 << tl.maximum(e - 1, 0)).to(tl.float32)
+    val = tl.where(e == 0, m * 0.5, (1.0 + m * 0.5) * pow2)
+    return tl.where(code >= 8, -val, val)
+
+
+@triton.jit
+def e8m0_to_f32(s):
+    """E8M0 byte (int32) -> 2 ** (s - 127) as float32; 0 -> 2**-127 (subnormal), 255 -> NaN."""
+    bits = tl.where(s == 0, 0x00400000, tl.where(s == 255, 0x7FC00000, s << 23))
+    return bits.to(tl.int32).to(tl.float32, bitcast=True)
+
+
+@triton.jit
+def load_mxfp4_rows(codes_ptr, scale_ptr, code_off, scale_off, row_mask, R: tl.constexpr, D: tl.constexpr):
+    """Decode R rows of D MXFP4 elements to float32 [R, D].
+
+    code_off / scale_off: int64 [R] element offsets of each row's first code byte / scale byte.
+    Byte i of a row holds element 2i in its low nibble and element 2i+1 in its high nibble.
+    """
+    c = tl.load(codes_ptr + code_off[:, None] + tl.arange(0, D // 2)[None, :],
+                mask=row_mask[:, None], other=0).to(tl.int32)
+    codes = tl.reshape(tl.join(c & 15, c >> 4), (R, D))
+    s = tl.load(scale_ptr + scale_off[:, None] + tl.arange(0, D // 32)[None, :],
+                mask=row_mask[:, None], other=127).to(tl.int32)
+    vals = tl.reshape(e2m1_to_f32(codes), (R, D // 32, 32)) * e8m0_to_f32(s)[:, :, None]
+    return tl.reshape(vals, (R, D))
+
+
+@triton.jit
+def e4m3_bytes_to_f32(b, FNUZ: tl.constexpr):
+    """e4m3 byte (int32 0..255) -> float32 for OCP e4m3fn (bias 7, 0x7f/0xff NaN) or fnuz (bias 8, 0x80 NaN)."""
+    BIAS: tl.constexpr = 8 if FNUZ else 7
+    sign = b >> 7
+    e = (b >> 3) & 15
+    m = (b & 7).to(tl.float32)
+    normal = (1.0 + m * 0.125) * tl.exp2((e - BIAS).to(tl.float32))
+    sub = m * 0.125 * tl.exp2((1 - BIAS) * 1.0)
+    val = tl.where(e == 0, sub, normal)
+    val = tl.where(sign == 1, -val, val)
+    if FNUZ:
+        val = tl.where(b == 0x80, float("nan"), val)
+    else:
+        val = tl.where((b & 0x7F) == 0x7F, float("nan"), val)
+    return val
+
+
+@triton.jit
+def f32_to_key(x):
+    """Order-preserving uint32 key of a float32 (NaN first mapped to -inf, so it ranks lowest)."""
+    x = tl.where(x != x, float("-inf"), x)
+    u = x.to(tl.uint32, bitcast=True)
+    return tl.where((u >> 31) == 1, u ^ 0xFFFFFFFF, u | 0x80000000)
+
+
+@triton.jit
+def key_to_f32(key):
+    """Inverse of f32_to_key."""
+    u = tl.where((key >> 31) == 1, key & 0x7FFFFFFF, key ^ 0xFFFFFFFF)
+    return u.to(tl.float32, bitcast=True)

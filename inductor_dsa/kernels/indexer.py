@@ -1,0 +1,216 @@
+"""Triton kernels for the DSA indexer: logits, and logits fused with top-k.
+
+    logits[t, j] = sum_h w[t, h] * relu(q[t, h, :] . k[j, :])   for k_start[t] <= j < k_end[t]
+
+Score tile (both kernels). A program owns BT tokens and all their heads: the BT*HP
+query rows (HP = H rounded up to a power of two, padded heads have weight 0) are
+loaded once, transposed, and stay resident while key tiles of BN rows stream past:
+
+    S^T = K_tile [BN, D] @ Q^T [D, BT*HP]          (fp32 accumulate)
+    S^T *= k_scale[j]                               (FP8 keys: per-row scale, before relu)
+    logits^T [BN, BT] = sum over each token's HP columns of relu(S^T) * w
+
+The head reduction runs along the accumulator's N axis, which on both MMA layouts
+is mostly in-thread. Only blocks intersecting [min k_start, max k_end) of the tile
+are computed. MXFP4 operands are decoded in registers right after their byte loads
+(E2M1 via arithmetic, E8M0 via exponent bits); no dense dequantised copy exists.
+
+Fused top-k (``topk_kernel``), persistent: each of NPROG programs walks token tiles
+(heaviest first) and, per tile,
+  1. writes the tile's BT x K fp32 scores into its own workspace slot (NPROG*BT*K
+     floats in all, sized to stay in L2; the [T, K] logits never exist),
+  2. per row, finds the k-th largest score by a 4-pass 8-bit radix select over
+     order-preserving uint32 keys (histograms over the row's visible range),
+  3. compacts the winners (ties at the threshold go to the lowest columns), then
+     sorts them descending with a bitonic sort of (key << 32 | ~column) words.
+"""
+import triton
+import triton.language as tl
+
+from .decode import e4m3_bytes_to_f32, f32_to_key, key_to_f32, load_mxfp4_rows
+
+FMT_TENSOR = 0   # plain floating tensor (bf16 / fp16 / fp32 / native fp8), loaded as is
+FMT_MXFP4 = 1    # uint8 codes + E8M0 scales, decoded to fp32 in registers
+FMT_FP8_BYTES = 2  # e4m3 bytes decoded arithmetically (targets without that fp8 flavour)
+
+
+@triton.jit
+def _load_rows(ptr, xptr, off, xoff, mask, sd, FMT: tl.constexpr, FNUZ: tl.constexpr,
+               R: tl.constexpr, D: tl.constexpr):
+    """R rows of D elements starting at element offsets ``off`` (MXFP4 scales at ``xoff``)."""
+    if FMT == FMT_MXFP4:
+        x = load_mxfp4_rows(ptr, xptr, off, xoff, mask, R, D)
+    else:
+        x = tl.load(ptr + off[:, None] + tl.arange(0, D)[None, :] * sd, mask=mask[:, None], other=0)
+        if FMT == FMT_FP8_BYTES:
+            x = e4m3_bytes_to_f32(x.to(tl.int32), FNUZ)
+    return x
+
+
+@triton.jit
+def _query_tile(q, qx, w, t0, T, H, sq_t, sq_h, sq_d, sqx_t, sqx_h, sw_t, sw_h,
+                Q_FMT: tl.constexpr, FNUZ: tl.constexpr, BT: tl.constexpr, HP: tl.constexpr,
+                D: tl.constexpr, DOT_DTYPE: tl.constexpr):
+    """(Q^T [D, BT*HP] in the dot dtype, weights [BT*HP] fp32) for tokens t0 .. t0+BT-1."""
+    r = tl.arange(0, BT * HP)
+    t = (t0 + r // HP).to(tl.int64)
+    h = r % HP
+    m = (t < T) & (h < H)
+    x = _load_rows(q, qx, t * sq_t + h * sq_h, t * sqx_t + h * sqx_h, m, sq_d, Q_FMT, FNUZ, BT * HP, D)
+    wv = tl.load(w + t * sw_t + h * sw_h, mask=m, other=0.0).to(tl.float32)
+    return tl.trans(x.to(DOT_DTYPE)), wv
+
+
+@triton.jit
+def _score_block(qT, wv, k, kx, j0, K, sk_k, sk_d, skx_k,
+                 K_FMT: tl.constexpr, K_ROW_SCALE: tl.constexpr, FNUZ: tl.constexpr,
+                 BT: tl.constexpr, HP: tl.constexpr, BN: tl.constexpr, D: tl.constexpr,
+                 DOT_DTYPE: tl.constexpr):
+    """logits^T [BN, BT] fp32 for key rows j0 .. j0+BN-1 (rows >= K score 0)."""
+    j = j0 + tl.arange(0, BN)
+    jm = j < K
+    j64 = j.to(tl.int64)
+    kt = _load_rows(k, kx, j64 * sk_k, j64 * skx_k, jm, sk_d, K_FMT, FNUZ, BN, D).to(DOT_DTYPE)
+    if DOT_DTYPE == tl.float32:
+        acc = tl.dot(kt, qT, input_precision="ieee")
+    else:
+        acc = tl.dot(kt, qT)
+    if K_ROW_SCALE:
+        acc = acc * tl.load(kx + j64 * skx_k, mask=jm, other=0.0)[:, None]
+    acc = tl.maximum(acc, 0.0) * wv[None, :]
+    return tl.sum(tl.reshape(acc, (BN, BT, HP)), axis=2)
+
+
+@triton.jit
+def _tile_ranges(k_start, k_end, t0, T, K, BT: tl.constexpr, BN: tl.constexpr):
+    """Per-row [s, e) clamped to [0, K] (empty rows: s=K, e=0) and the tile's block span."""
+    t = t0 + tl.arange(0, BT)
+    tm = t < T
+    s = tl.maximum(tl.load(k_start + t, mask=tm, other=0), 0)
+    e = tl.minimum(tl.load(k_end + t, mask=tm, other=0), K)
+    live = tm & (e > s)
+    s = tl.where(live, s, K)
+    e = tl.where(live, e, 0)
+    lo = (tl.min(s) // BN) * BN
+    hi = tl.max(e)
+    return t, tm, s, e, lo, hi
+
+
+@triton.jit
+def logits_kernel(q, qx, k, kx, w, k_start, k_end, out, T, K, H,
+                  sq_t, sq_h, sq_d, sqx_t, sqx_h, sk_k, sk_d, skx_k, sw_t, sw_h, so_t,
+                  Q_FMT: tl.constexpr, K_FMT: tl.constexpr, K_ROW_SCALE: tl.constexpr,
+                  FNUZ: tl.constexpr, DOT_DTYPE: tl.constexpr, D: tl.constexpr,
+                  HP: tl.constexpr, BT: tl.constexpr, BN: tl.constexpr):
+    """out [T, K] fp32: scores inside each row's range, -inf elsewhere. One program per BT tokens."""
+    t0 = tl.program_id(0) * BT
+    qT, wv = _query_tile(q, qx, w, t0, T, H, sq_t, sq_h, sq_d, sqx_t, sqx_h, sw_t, sw_h,
+                         Q_FMT, FNUZ, BT, HP, D, DOT_DTYPE)
+    t, tm, s, e, lo, hi = _tile_ranges(k_start, k_end, t0, T, K, BT, BN)
+    row = out + t.to(tl.int64)[None, :] * so_t
+    for j0 in range(lo, hi, BN):
+        blk = _score_block(qT, wv, k, kx, j0, K, sk_k, sk_d, skx_k, K_FMT, K_ROW_SCALE, FNUZ,
+                           BT, HP, BN, D, DOT_DTYPE)
+        j = (j0 + tl.arange(0, BN))[:, None]
+        vis = (j >= s[None, :]) & (j < e[None, :])
+        tl.store(row + j, tl.where(vis, blk, float("-inf")), mask=tm[None, :] & (j < K))
+    hi_blk = tl.maximum(tl.cdiv(hi, BN) * BN, lo)
+    ninf = tl.full((BN, BT), float("-inf"), tl.float32)
+    for j0 in range(0, lo, BN):
+        j = (j0 + tl.arange(0, BN))[:, None]
+        tl.store(row + j, ninf, mask=tm[None, :])
+    for j0 in range(hi_blk, K, BN):
+        j = (j0 + tl.arange(0, BN))[:, None]
+        tl.store(row + j, ninf, mask=tm[None, :] & (j < K))
+
+
+@triton.jit
+def select_row(src, s, e, out_v, out_i, TOPK: tl.constexpr, TOPK_P2: tl.constexpr, CH: tl.constexpr):
+    """Top-TOPK of src[s:e] (fp32, columns s..e-1) into out_v/out_i[0:TOPK], sorted descending.
+
+    Radix select: 4 passes of 8-bit histograms over uint32 keys find the threshold key
+    ``thr`` and how many elements equal to it to keep (``need``); then one compaction pass
+    and a bitonic sort of the <= TOPK winners. Slots past the visible count get -inf / -1.
+    """
+    n = e - s
+    thr = tl.zeros((), tl.uint32)
+    need = tl.zeros((), tl.int32)
+    bins = tl.arange(0, 256)
+    if n > TOPK:
+        need += TOPK
+        for p in tl.static_range(4):
+            SHIFT: tl.constexpr = 24 - 8 * p
+            hist = tl.zeros((256,), tl.int32)
+            for c0 in range(s, e, CH):
+                cols = c0 + tl.arange(0, CH)
+                m = cols < e
+                key = f32_to_key(tl.load(src + cols, mask=m, other=0.0))
+                if p > 0:
+                    m = m & ((key >> (SHIFT + 8)) == thr)
+                hist += tl.histogram(((key >> SHIFT) & 255).to(tl.int32), 256, mask=m)
+            at_least = tl.cumsum(hist, 0, reverse=True)
+            digit = tl.max(tl.where(at_least >= need, bins, 0), 0)
+            need -= tl.sum(tl.where(bins > digit, hist, 0), 0)
+            thr = (thr << 8) | digit.to(tl.uint32)
+    taken = tl.zeros((), tl.int32)
+    eq_seen = tl.zeros((), tl.int32)
+    for c0 in range(s, e, CH):
+        cols = c0 + tl.arange(0, CH)
+        m = cols < e
+        x = tl.load(src + cols, mask=m, other=0.0)
+        key = f32_to_key(x)
+        eq = m & (key == thr)
+        eq_rank = eq_seen + tl.cumsum(eq.to(tl.int32), 0) - 1
+        take = (m & (key > thr)) | (eq & (eq_rank < need))
+        pos = taken + tl.cumsum(take.to(tl.int32), 0) - 1
+        tl.store(out_v + pos, tl.where(x != x, float("-inf"), x), mask=take)
+        tl.store(out_i + pos, cols, mask=take)
+        taken += tl.sum(take.to(tl.int32), 0)
+        eq_seen += tl.sum(eq.to(tl.int32), 0)
+    tl.debug_barrier()
+    p = tl.arange(0, TOPK_P2)
+    valid = p < taken
+    v = tl.load(out_v + p, mask=valid, other=0.0)
+    i = tl.load(out_i + p, mask=valid, other=0)
+    word = (f32_to_key(v).to(tl.uint64) << 32) | (i.to(tl.uint32) ^ 0xFFFFFFFF).to(tl.uint64)
+    word = tl.where(valid, word, 0)
+    word = tl.sort(word, 0, descending=True)
+    v = key_to_f32((word >> 32).to(tl.uint32))
+    i = ((word & 0xFFFFFFFF).to(tl.uint32) ^ 0xFFFFFFFF).to(tl.int32)
+    ok = p < taken
+    tl.debug_barrier()
+    tl.store(out_v + p, tl.where(ok, v, float("-inf")), mask=p < TOPK)
+    tl.store(out_i + p, tl.where(ok, i, -1), mask=p < TOPK)
+
+
+@triton.jit
+def topk_kernel(q, qx, k, kx, w, k_start, k_end, ws, out_v, out_i, T, K, H,
+                sq_t, sq_h, sq_d, sqx_t, sqx_h, sk_k, sk_d, skx_k, sw_t, sw_h,
+                Q_FMT: tl.constexpr, K_FMT: tl.constexpr, K_ROW_SCALE: tl.constexpr,
+                FNUZ: tl.constexpr, DOT_DTYPE: tl.constexpr, D: tl.constexpr,
+                HP: tl.constexpr, BT: tl.constexpr, BN: tl.constexpr,
+                TOPK: tl.constexpr, TOPK_P2: tl.constexpr, CH: tl.constexpr):
+    """Persistent fused logits + top-k; ws holds num_programs * BT * K fp32 (see module doc)."""
+    pid = tl.program_id(0)
+    nprog = tl.num_programs(0)
+    n_tiles = tl.cdiv(T, BT)
+    slot = ws + pid.to(tl.int64) * BT * K
+    for it in range(pid, n_tiles, nprog):
+        t0 = (n_tiles - 1 - it) * BT
+        qT, wv = _query_tile(q, qx, w, t0, T, H, sq_t, sq_h, sq_d, sqx_t, sqx_h, sw_t, sw_h,
+                             Q_FMT, FNUZ, BT, HP, D, DOT_DTYPE)
+        t, tm, s, e, lo, hi = _tile_ranges(k_start, k_end, t0, T, K, BT, BN)
+        for j0 in range(lo, hi, BN):
+            blk = _score_block(qT, wv, k, kx, j0, K, sk_k, sk_d, skx_k, K_FMT, K_ROW_SCALE, FNUZ,
+                               BT, HP, BN, D, DOT_DTYPE)
+            j = (j0 + tl.arange(0, BN))[:, None]
+            tl.store(slot + tl.arange(0, BT)[None, :] * K + j, blk, mask=tm[None, :] & (j < K))
+        tl.debug_barrier()
+        for b in tl.static_range(BT):
+            tb = t0 + b
+            if tb < T:
+                sb = tl.maximum(tl.load(k_start + tb), 0)
+                eb = tl.maximum(tl.minimum(tl.load(k_end + tb), K), sb)
+                select_row(slot + b * K, sb, eb, out_v + tb.to(tl.int64) * TOPK,
+                           out_i + tb.to(tl.int64) * TOPK, TOPK, TOPK_P2, CH)
+        tl.debug_barrier()

@@ -1,0 +1,103 @@
+"""Launchers: map validated operands onto kernel arguments and per-target configs."""
+from __future__ import annotations
+
+import torch
+import triton
+import triton.language as tl
+
+from . import configs
+from .indexer import FMT_FP8_BYTES, FMT_MXFP4, FMT_TENSOR, logits_kernel, topk_kernel
+
+_TL_DTYPES = {
+    torch.bfloat16: tl.bfloat16,
+    torch.float16: tl.float16,
+    torch.float32: tl.float32,
+    torch.float8_e4m3fn: tl.float8e4nv,
+    torch.float8_e4m3fnuz: tl.float8e4b8,
+}
+_NATIVE_FP8 = {"sm90": torch.float8_e4m3fn, "gfx942": torch.float8_e4m3fnuz}
+
+
+def _kind(x, xs) -> str:
+    if xs is None:
+        return "tensor"
+    return "mxfp4" if x.dtype == torch.uint8 else "fp8"
+
+
+def _operand(x, xs, kind: str, native_fp8: bool):
+    """(data, aux, row strides, aux row strides, last-dim stride, FMT); rows = all dims but the last."""
+    r = x.dim() - 1
+    if kind == "mxfp4":
+        x, xs = x.contiguous(), xs.contiguous()
+        return x, xs, x.stride()[:r], xs.stride()[:r], 1, FMT_MXFP4
+    aux, aux_strides = (xs, xs.stride()[:r]) if xs is not None else (x, (0,) * r)
+    fmt = FMT_TENSOR
+    if x.dtype in (torch.float8_e4m3fn, torch.float8_e4m3fnuz) and not native_fp8:
+        x, fmt = x.view(torch.uint8), FMT_FP8_BYTES
+    return x, aux, x.stride()[:r], aux_strides, x.stride(-1), fmt
+
+
+def _plan(q, q_scale, k, k_scale, weights, target: str):
+    kq, kk = _kind(q, q_scale), _kind(k, k_scale)
+    fp8 = kk == "fp8"
+    native = fp8 and q.dtype == k.dtype and _NATIVE_FP8.get(target) == k.dtype
+    if native:
+        dot = _TL_DTYPES[k.dtype]
+    elif kq == "tensor" and kk == "tensor" and q.dtype in (torch.float16, torch.float32):
+        dot = _TL_DTYPES[q.dtype]
+    else:
+        dot = tl.bfloat16
+    if target == "interpreter":
+        dot = tl.float32  # the interpreter's bf16 tl.dot is wrong (triton 3.7); fp32 of bf16 values is exact
+    qd, qx, (sq_t, sq_h), (sqx_t, sqx_h), sq_d, qf = _operand(q, q_scale, kq, native)
+    kd, kx, (sk_k,), (skx_k,), sk_d, kf = _operand(k, k_scale, kk, native)
+    h = q.shape[1]
+    fnuz = fp8 and k.dtype == torch.float8_e4m3fnuz
+    args = dict(q=qd, qx=qx, k=kd, kx=kx, w=weights,
+                sq_t=sq_t, sq_h=sq_h, sq_d=sq_d, sqx_t=sqx_t, sqx_h=sqx_h,
+                sk_k=sk_k, sk_d=sk_d, skx_k=skx_k, sw_t=weights.stride(0), sw_h=weights.stride(1),
+                Q_FMT=qf, K_FMT=kf, K_ROW_SCALE=fp8, FNUZ=fnuz, DOT_DTYPE=dot,
+                D=q.shape[2] * (2 if kq == "mxfp4" else 1), HP=triton.next_power_of_2(h))
+    return args, h
+
+
+def _launch_opts(cfg: configs.IndexerConfig, target: str) -> dict:
+    opts = dict(num_warps=cfg.num_warps, num_stages=cfg.num_stages)
+    if target == "gfx942":
+        opts.update(cfg.extra)
+    return opts
+
+
+def indexer_logits(q, q_scale, k, k_scale, weights, k_start, k_end) -> torch.Tensor:
+    target = configs.target_for(q.device)
+    cfg = configs.INDEXER[target]
+    args, h = _plan(q, q_scale, k, k_scale, weights, target)
+    t, n = q.shape[0], k.shape[0]
+    out = torch.empty((t, n), dtype=torch.float32, device=q.device)
+    if t == 0 or n == 0:
+        return out
+    bt = cfg.tokens(args["HP"])
+    logits_kernel[(triton.cdiv(t, bt),)](
+        k_start=k_start, k_end=k_end, out=out, T=t, K=n, H=h, so_t=out.stride(0),
+        BT=bt, BN=cfg.bn, **args, **_launch_opts(cfg, target))
+    return out
+
+
+def indexer_topk(q, q_scale, k, k_scale, weights, k_start, k_end, topk: int):
+    target = configs.target_for(q.device)
+    cfg = configs.INDEXER[target]
+    args, h = _plan(q, q_scale, k, k_scale, weights, target)
+    t, n = q.shape[0], k.shape[0]
+    out_v = torch.empty((t, topk), dtype=torch.float32, device=q.device)
+    out_i = torch.empty((t, topk), dtype=torch.int32, device=q.device)
+    if t == 0:
+        return out_v, out_i
+    bt = cfg.tokens(args["HP"])
+    tiles = triton.cdiv(t, bt)
+    nprog = configs.num_programs(q.device, cfg, tiles)
+    ws = torch.empty((nprog, bt, max(n, 1)), dtype=torch.float32, device=q.device)
+    topk_kernel[(nprog,)](
+        k_start=k_start, k_end=k_end, ws=ws, out_v=out_v, out_i=out_i, T=t, K=n, H=h,
+        BT=bt, BN=cfg.bn, TOPK=topk, TOPK_P2=triton.next_power_of_2(topk), CH=cfg.ch,
+        **args, **_launch_opts(cfg, target))
+    return out_v, out_i

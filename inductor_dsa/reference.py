@@ -1,0 +1,124 @@
+"""Eager oracles in plain torch: the single source of truth for what every op computes.
+
+Indexer (DSA) score over per-row half-open ranges of visible columns::
+
+    logits[t, j] = sum_h w[t, h] * relu(q[t, h, :] . k[j, :])   if k_start[t] <= j < k_end[t]
+                 = -inf                                          otherwise
+
+Top-k keeps the ``topk`` largest visible scores per row, sorted descending; slots past
+the row's visible count hold index -1 and value -inf. Oracles run in float64 on the
+already-quantised inputs (MXFP4 / FP8 pairs are decoded first, exactly).
+"""
+from __future__ import annotations
+
+import torch
+
+from . import formats
+
+
+
+def dequantize(x, dtype=torch.float64) -> torch.Tensor:
+    """A plain tensor, an MXFP4 pair (uint8 codes, uint8 E8M0) or an FP8 pair (e4m3, fp32 row scale)."""
+    if isinstance(x, torch.Tensor):
+        return x.to(dtype)
+    vals, scale = x
+    if vals.dtype == torch.uint8:
+        return formats.mxfp4_decode(vals, scale, torch.float32).to(dtype)
+    return formats.fp8_decode_rows(vals, scale, torch.float32).to(dtype)
+
+
+def full_ranges(rows: int, cols: int, device=None) -> tuple[torch.Tensor, torch.Tensor]:
+    """k_start = 0, k_end = cols for every row."""
+    z = torch.zeros(rows, dtype=torch.int32, device=device)
+    return z, torch.full_like(z, cols)
+
+
+def causal_ranges(rows: int, cols: int, device=None) -> tuple[torch.Tensor, torch.Tensor]:
+    """Bottom-right aligned causal mask: row t sees j < cols - rows + t + 1."""
+    t = torch.arange(rows, dtype=torch.int32, device=device)
+    return torch.zeros_like(t), (cols - rows + t + 1).clamp(0, cols)
+
+
+def ratio_ranges(rows: int, ratio: int, device=None) -> tuple[torch.Tensor, torch.Tensor]:
+    """Official V4 prefill mask: compressed entry j is visible to query t iff j < (t + 1) // ratio."""
+    t = torch.arange(rows, dtype=torch.int32, device=device)
+    return torch.zeros_like(t), (t + 1) // ratio
+
+
+def visible_mask(k_start: torch.Tensor, k_end: torch.Tensor, cols: int) -> torch.Tensor:
+    """Bool [T, K]: k_start[t] <= j < k_end[t]."""
+    j = torch.arange(cols, device=k_start.device)
+    return (j >= k_start.long().unsqueeze(1)) & (j < k_end.long().unsqueeze(1))
+
+
+def indexer_logits(q, k, weights, k_start=None, k_end=None) -> torch.Tensor:
+    """float64 [T, K] indexer logits, -inf outside [k_start[t], k_end[t])."""
+    q64, k64 = dequantize(q), dequantize(k)
+    w64 = weights.to(torch.float64)
+    scores = torch.einsum("thd,kd->thk", q64, k64).clamp_min(0)
+    logits = (scores * w64.unsqueeze(-1)).sum(1)
+    rows, cols = logits.shape
+    if k_start is None:
+        k_start, k_end = full_ranges(rows, cols, logits.device)
+    return logits.masked_fill(~visible_mask(k_start, k_end, cols), float("-inf"))
+
+
+def topk_from_logits(logits: torch.Tensor, topk: int, visible: torch.Tensor):
+    """(values fp32 [T, topk], indices int32 [T, topk]): descending, -inf / -1 past the visible count.
+
+    Ties are broken by the lower column index (a stable descending sort).
+    """
+    rows, cols = logits.shape
+    pad = max(0, topk - cols)
+    key = logits.masked_fill(~visible, float("-inf"))
+    if pad:
+        key = torch.nn.functional.pad(key, (0, pad), value=float("-inf"))
+        visible = torch.nn.functional.pad(visible, (0, pad), value=False)
+    order = torch.sort(key, dim=-1, descending=True, stable=True).indices[:, :topk]
+    taken = torch.gather(visible, 1, order)
+    values = torch.gather(key, 1, order).masked_fill(~taken, float("-inf"))
+    return values.float(), torch.where(taken, order, -1).to(torch.int32)
+
+
+def indexer_topk(q, k, weights, topk, k_start=None, k_end=None):
+    """Top-k of ``indexer_logits`` (float64 scores, values returned as fp32)."""
+    logits = indexer_logits(q, k, weights, k_start, k_end)
+    rows, cols = logits.shape
+    if k_start is None:
+        k_start, k_end = full_ranges(rows, cols, logits.device)
+    return topk_from_logits(logits, topk, visible_mask(k_start, k_end, cols))
+
+
+def topk_mismatch(indices, logits64, topk, rel_tol=1e-2, abs_tol=1e-3) -> str | None:
+    """Compare a top-k selection with fp64 logits as a set with a score tolerance.
+
+    ``indices`` int [T, topk] (-1 = empty slot), ``logits64`` the oracle with -inf where masked.
+    A row passes when it selects exactly min(topk, visible) distinct visible columns and every
+    column in the symmetric difference with the oracle's set scores within tolerance of the
+    oracle's k-th largest score (tol = abs_tol + rel_tol * max|score| of the row).
+    Returns None, or a message naming the first bad row.
+    """
+    indices = indices.long().cpu()
+    logits64 = logits64.cpu()
+    visible = torch.isfinite(logits64) | (logits64 == float("inf"))
+    n_vis = visible.sum(1)
+    ref_vals, ref_idx = topk_from_logits(logits64, topk, visible)
+    for t in range(indices.shape[0]):
+        want = int(min(topk, n_vis[t]))
+        got = indices[t][indices[t] >= 0]
+        if got.numel() != want or (indices[t][want:] != -1).any():
+            return f"row {t}: {got.numel()} selected, expected {want} followed by -1"
+        if got.unique().numel() != want:
+            return f"row {t}: duplicate indices"
+        if not visible[t, got].all():
+            return f"row {t}: selected a masked column"
+        if want == 0:
+            continue
+        kth = logits64[t, ref_idx[t, want - 1]]
+        row = logits64[t][visible[t]]
+        tol = abs_tol + rel_tol * row.abs().max().item()
+        diff = set(got.tolist()) ^ set(ref_idx[t, :want].tolist())
+        bad = [j for j in diff if abs(logits64[t, j].item() - kth.item()) > tol]
+        if bad:
+            return f"row {t}: columns {bad[:5]} differ from the oracle beyond tolerance {tol:.3g}"
+    return None
