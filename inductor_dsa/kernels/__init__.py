@@ -1,0 +1,7 @@
+"""Triton kernels, their launchers and per-target configs (gfx942, sm90)."""
+
+
+def aot_variants(target: str):
+    """Every shipped (kernel, config) for ``target``, for ``python -m inductor_dsa.aot``."""
+    from . import launch
+    yield from launch.aot_variants(target)

@@ -29,9 +29,16 @@ class IndexerConfig:
         return max(1, self.rows // hp)
 
 
-INDEXER = {
+INDEXER_LOGITS = {
     "sm90": IndexerConfig(rows=256, bn=128, num_warps=8, num_stages=3, progs_per_sm=1),
-    "gfx942": IndexerConfig(rows=128, bn=64, num_warps=4, num_stages=2, progs_per_sm=2,
+    "gfx942": IndexerConfig(rows=128, bn=64, num_warps=8, num_stages=2, progs_per_sm=1,
+                            extra={"matrix_instr_nonkdim": 16, "waves_per_eu": 2}),
+    "cuda": IndexerConfig(rows=128, bn=64, num_warps=4, num_stages=2, progs_per_sm=1),
+    "interpreter": IndexerConfig(rows=32, bn=32, num_warps=4, num_stages=1, progs_per_sm=1),
+}
+INDEXER_TOPK = {
+    "sm90": IndexerConfig(rows=128, bn=64, num_warps=4, num_stages=2, progs_per_sm=2),
+    "gfx942": IndexerConfig(rows=128, bn=64, num_warps=8, num_stages=2, progs_per_sm=2,
                             extra={"matrix_instr_nonkdim": 16, "waves_per_eu": 2}),
     "cuda": IndexerConfig(rows=128, bn=64, num_warps=4, num_stages=2, progs_per_sm=2),
     "interpreter": IndexerConfig(rows=32, bn=32, num_warps=4, num_stages=1, progs_per_sm=1, ch=64),

@@ -29,9 +29,9 @@ import triton.language as tl
 
 from .decode import e4m3_bytes_to_f32, f32_to_key, key_to_f32, load_mxfp4_rows
 
-FMT_TENSOR = 0   # plain floating tensor (bf16 / fp16 / fp32 / native fp8), loaded as is
-FMT_MXFP4 = 1    # uint8 codes + E8M0 scales, decoded to fp32 in registers
-FMT_FP8_BYTES = 2  # e4m3 bytes decoded arithmetically (targets without that fp8 flavour)
+FMT_TENSOR = tl.constexpr(0)     # plain floating tensor (bf16 / fp16 / fp32 / native fp8), loaded as is
+FMT_MXFP4 = tl.constexpr(1)      # uint8 codes + E8M0 scales, decoded to fp32 in registers
+FMT_FP8_BYTES = tl.constexpr(2)  # e4m3 bytes decoded arithmetically (targets without that fp8 flavour)
 
 
 @triton.jit
@@ -40,10 +40,11 @@ def _load_rows(ptr, xptr, off, xoff, mask, sd, FMT: tl.constexpr, FNUZ: tl.const
     """R rows of D elements starting at element offsets ``off`` (MXFP4 scales at ``xoff``)."""
     if FMT == FMT_MXFP4:
         x = load_mxfp4_rows(ptr, xptr, off, xoff, mask, R, D)
-    else:
+    elif FMT == FMT_FP8_BYTES:
         x = tl.load(ptr + off[:, None] + tl.arange(0, D)[None, :] * sd, mask=mask[:, None], other=0)
-        if FMT == FMT_FP8_BYTES:
-            x = e4m3_bytes_to_f32(x.to(tl.int32), FNUZ)
+        x = e4m3_bytes_to_f32(x.to(tl.int32), FNUZ)
+    else:
+        x = tl.load(ptr + off[:, None] + tl.arange(0, D)[None, :] * sd, mask=mask[:, None], other=0.0)
     return x
 
 
@@ -139,15 +140,15 @@ def select_row(src, s, e, out_v, out_i, TOPK: tl.constexpr, TOPK_P2: tl.constexp
     if n > TOPK:
         need += TOPK
         for p in tl.static_range(4):
-            SHIFT: tl.constexpr = 24 - 8 * p
+            shift = 24 - 8 * p
             hist = tl.zeros((256,), tl.int32)
             for c0 in range(s, e, CH):
                 cols = c0 + tl.arange(0, CH)
                 m = cols < e
                 key = f32_to_key(tl.load(src + cols, mask=m, other=0.0))
                 if p > 0:
-                    m = m & ((key >> (SHIFT + 8)) == thr)
-                hist += tl.histogram(((key >> SHIFT) & 255).to(tl.int32), 256, mask=m)
+                    m = m & ((key >> (shift + 8)) == thr)
+                hist += tl.histogram(((key >> shift) & 255).to(tl.int32), 256, mask=m)
             at_least = tl.cumsum(hist, 0, reverse=True)
             digit = tl.max(tl.where(at_least >= need, bins, 0), 0)
             need -= tl.sum(tl.where(bins > digit, hist, 0), 0)

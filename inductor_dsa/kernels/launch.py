@@ -6,7 +6,11 @@ import triton
 import triton.language as tl
 
 from . import configs
-from .indexer import FMT_FP8_BYTES, FMT_MXFP4, FMT_TENSOR, logits_kernel, topk_kernel
+from . import indexer
+from .indexer import logits_kernel, topk_kernel
+
+FMT_TENSOR, FMT_MXFP4, FMT_FP8_BYTES = (indexer.FMT_TENSOR.value, indexer.FMT_MXFP4.value,
+                                         indexer.FMT_FP8_BYTES.value)
 
 _TL_DTYPES = {
     torch.bfloat16: tl.bfloat16,
@@ -70,7 +74,7 @@ def _launch_opts(cfg: configs.IndexerConfig, target: str) -> dict:
 
 def indexer_logits(q, q_scale, k, k_scale, weights, k_start, k_end) -> torch.Tensor:
     target = configs.target_for(q.device)
-    cfg = configs.INDEXER[target]
+    cfg = configs.INDEXER_LOGITS[target]
     args, h = _plan(q, q_scale, k, k_scale, weights, target)
     t, n = q.shape[0], k.shape[0]
     out = torch.empty((t, n), dtype=torch.float32, device=q.device)
@@ -85,7 +89,7 @@ def indexer_logits(q, q_scale, k, k_scale, weights, k_start, k_end) -> torch.Ten
 
 def indexer_topk(q, q_scale, k, k_scale, weights, k_start, k_end, topk: int):
     target = configs.target_for(q.device)
-    cfg = configs.INDEXER[target]
+    cfg = configs.INDEXER_TOPK[target]
     args, h = _plan(q, q_scale, k, k_scale, weights, target)
     t, n = q.shape[0], k.shape[0]
     out_v = torch.empty((t, topk), dtype=torch.float32, device=q.device)
@@ -101,3 +105,37 @@ def indexer_topk(q, q_scale, k, k_scale, weights, k_start, k_end, topk: int):
         BT=bt, BN=cfg.bn, TOPK=topk, TOPK_P2=triton.next_power_of_2(topk), CH=cfg.ch,
         **args, **_launch_opts(cfg, target))
     return out_v, out_i
+
+
+_AOT_FORMATS = {  # name: (q pointer, q aux, k pointer, k aux, Q_FMT, K_FMT, K_ROW_SCALE, dot dtype by target)
+    "bf16": ("*bf16", "*bf16", "*bf16", "*bf16", FMT_TENSOR, FMT_TENSOR, False, None),
+    "bf16q-mxfp4k": ("*bf16", "*bf16", "*u8", "*u8", FMT_TENSOR, FMT_MXFP4, False, None),
+    "mxfp4": ("*u8", "*u8", "*u8", "*u8", FMT_MXFP4, FMT_MXFP4, False, None),
+    "fp8": (None, None, None, "*fp32", FMT_TENSOR, FMT_TENSOR, True, "fp8"),
+}
+_FP8_PTR = {"gfx942": "*fp8e4b8", "sm90": "*fp8e4nv"}
+_FP8_TL = {"gfx942": tl.float8e4b8, "sm90": tl.float8e4nv}
+
+
+def aot_variants(target: str, head_dim: int = 128, heads: int = 64):
+    """(name, kernel, signature, constexprs, options) of every shipped indexer config for a target."""
+    hp = triton.next_power_of_2(heads)
+    for fmt, (qp, qxp, kp, kxp, qf, kf, scaled, dot) in _AOT_FORMATS.items():
+        if dot == "fp8":
+            qp = qxp = kp = _FP8_PTR[target]
+            dot_dtype = _FP8_TL[target]
+        else:
+            dot_dtype = tl.bfloat16
+        pointers = dict(q=qp, qx=qxp, k=kp, kx=kxp, w="*bf16", k_start="*i32", k_end="*i32",
+                        out="*fp32", ws="*fp32", out_v="*fp32", out_i="*i32")
+        consts = dict(Q_FMT=qf, K_FMT=kf, K_ROW_SCALE=scaled, FNUZ=target == "gfx942" and scaled,
+                      DOT_DTYPE=dot_dtype, D=head_dim, HP=hp)
+        lcfg, tcfg = configs.INDEXER_LOGITS[target], configs.INDEXER_TOPK[target]
+        topks = (512, 1024, 2048) if fmt == "bf16" else (512,)
+        kernels = [(f"indexer_logits[{fmt}]", logits_kernel, lcfg, {})]
+        kernels += [(f"indexer_topk[{fmt},topk={n}]", topk_kernel, tcfg,
+                     dict(TOPK=n, TOPK_P2=triton.next_power_of_2(n), CH=tcfg.ch)) for n in topks]
+        for name, fn, cfg, extra in kernels:
+            c = {**consts, "BT": cfg.tokens(hp), "BN": cfg.bn, **extra}
+            sig = {a: ("constexpr" if a in c else pointers.get(a, "i32")) for a in fn.arg_names}
+            yield (f"{name} D={head_dim} H={heads}", fn, sig, c, _launch_opts(cfg, target))

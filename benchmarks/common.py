@@ -1,0 +1,65 @@
+"""Shared benchmark helpers: timing, peak memory, environment line, table and JSON output.
+
+Measured ceilings of one H200 (see BENCHMARKS.md): bf16 dense 749 TFLOP/s, fp8 1245 TFLOP/s,
+device copy 4.24 TB/s. Floors below use these unless --measure-ceilings re-measures them.
+"""
+from __future__ import annotations
+
+import json
+import platform
+
+import torch
+import triton
+
+CEILINGS = {"bf16_tflops": 749.0, "fp8_tflops": 1245.0, "copy_tbps": 4.24}
+
+
+def env_line() -> str:
+    dev = torch.cuda.get_device_name() if torch.cuda.is_available() else platform.processor() or "cpu"
+    return f"{dev}, torch {torch.__version__}, triton {triton.__version__}"
+
+
+def time_ms(fn, warmup=25, rep=100) -> float:
+    """Median milliseconds of fn() on the device (events, via triton.testing.do_bench)."""
+    return triton.testing.do_bench(fn, warmup=warmup, rep=rep, return_mode="median")
+
+
+def peak_extra_bytes(fn) -> int:
+    """Peak device bytes allocated by one call of fn beyond what was allocated before it."""
+    torch.cuda.synchronize()
+    torch.cuda.reset_peak_memory_stats()
+    base = torch.cuda.memory_allocated()
+    out = fn()
+    torch.cuda.synchronize()
+    peak = torch.cuda.max_memory_allocated() - base
+    del out
+    return peak
+
+
+def measure_ceilings() -> dict:
+    """Re-measure bf16 GEMM TFLOP/s and copy TB/s on this device."""
+    n = 8192
+    a = torch.randn(n, n, device="cuda", dtype=torch.bfloat16)
+    b = torch.randn(n, n, device="cuda", dtype=torch.bfloat16)
+    t = time_ms(lambda: a @ b)
+    x = torch.empty(2 * 1024**3 // 4, device="cuda")
+    y = torch.empty_like(x)
+    tc = time_ms(lambda: y.copy_(x))
+    return {"bf16_tflops": 2 * n**3 / t / 1e9, "copy_tbps": 2 * x.numel() * 4 / tc / 1e9,
+            "fp8_tflops": CEILINGS["fp8_tflops"]}
+
+
+def table(rows: list[dict], cols: list[str]) -> str:
+    def fmt(v):
+        return f"{v:.4g}" if isinstance(v, float) else str(v)
+    cells = [[fmt(r.get(c, "")) for c in cols] for r in rows]
+    widths = [max(len(c), *(len(x[i]) for x in cells)) for i, c in enumerate(cols)]
+    line = lambda xs: "| " + " | ".join(x.ljust(w) for x, w in zip(xs, widths)) + " |"
+    sep = "|" + "|".join("-" * (w + 2) for w in widths) + "|"
+    return "\n".join([line(cols), sep] + [line(x) for x in cells])
+
+
+def write_json(path: str | None, payload: dict) -> None:
+    if path:
+        with open(path, "w") as f:
+            json.dump(payload, f, indent=1)

@@ -1,0 +1,124 @@
+"""Ahead-of-time compile report for every shipped kernel config; no GPU needed.
+
+    python -m inductor_dsa.aot gfx942      # AMD MI300 (CDNA3), wave64
+    python -m inductor_dsa.aot sm90        # NVIDIA Hopper
+
+For each variant it prints registers, spills, LDS / shared-memory bytes, whether the
+matrix instructions are used (``v_mfma`` on gfx942, ``wgmma`` on sm90) and an occupancy
+estimate (waves per SIMD on gfx942, CTAs per SM on sm90). Exit status 1 on any spill,
+LDS/shared overflow, missing matrix instruction, or compile error.
+"""
+from __future__ import annotations
+
+import argparse
+import os
+import re
+import subprocess
+import sys
+import tempfile
+from dataclasses import dataclass
+
+import triton
+from triton.backends.compiler import GPUTarget
+from triton.compiler import ASTSource
+
+from .kernels import aot_variants
+
+TARGETS = {"gfx942": GPUTarget("hip", "gfx942", 64), "sm90": GPUTarget("cuda", 90, 32)}
+LDS_LIMIT = {"gfx942": 65536, "sm90": 232448}
+
+
+@dataclass
+class Report:
+    name: str
+    regs: int = 0
+    spills: int = 0
+    lds: int = 0
+    matrix: bool = False
+    occupancy: str = ""
+    error: str = ""
+
+    def ok(self, target: str) -> bool:
+        return not self.error and self.spills == 0 and self.lds <= LDS_LIMIT[target] and self.matrix
+
+
+def _field(text: str, key: str) -> int:
+    m = re.search(rf"\.{key}:\s+(\d+)", text)
+    return int(m.group(1)) if m else 0
+
+
+def _amd(rep: Report, kernel, num_warps: int) -> None:
+    gcn = kernel.asm["amdgcn"]
+    vgpr, agpr = _field(gcn, "vgpr_count"), _field(gcn, "agpr_count")
+    rep.regs = vgpr + agpr
+    rep.spills = _field(gcn, "vgpr_spill_count") + _field(gcn, "sgpr_spill_count")
+    rep.lds = max(_field(gcn, "group_segment_fixed_size"), kernel.metadata.shared)
+    rep.matrix = "v_mfma" in gcn
+    regs = -(-max(rep.regs, 1) // 8) * 8  # unified VGPR+AGPR file: 512 per lane per SIMD
+    by_regs = min(8, 512 // regs)
+    by_lds = (65536 // rep.lds) * num_warps / 4 if rep.lds else 8
+    rep.occupancy = f"{min(by_regs, by_lds):g} waves/SIMD"
+
+
+def _ptxas() -> str:
+    import triton.backends.nvidia as nv
+    return os.path.join(os.path.dirname(nv.__file__), "bin", "ptxas")
+
+
+def _cuda(rep: Report, kernel, num_warps: int) -> None:
+    ptx = kernel.asm["ptx"]
+    with tempfile.NamedTemporaryFile("w", suffix=".ptx", delete=False) as f:
+        f.write(ptx)
+    try:
+        res = subprocess.run([_ptxas(), "-v", "--gpu-name=sm_90a", f.name, "-o", os.devnull],
+                             capture_output=True, text=True, check=True)
+    finally:
+        os.unlink(f.name)
+    info = res.stderr
+    rep.regs = int(re.search(r"Used (\d+) registers", info).group(1))
+    rep.spills = sum(int(x) for x in re.findall(r"(\d+) bytes spill (?:stores|loads)", info))
+    rep.lds = kernel.metadata.shared
+    rep.matrix = "wgmma" in ptx
+    threads = 32 * num_warps
+    by_regs = 65536 // (-(-rep.regs // 8) * 8 * threads)
+    by_smem = 232448 // (rep.lds + 1024) if rep.lds else 32
+    rep.occupancy = f"{min(by_regs, by_smem, 32)} CTA/SM"
+
+
+def compile_variant(target: str, name, fn, signature, constexprs, options) -> Report:
+    rep = Report(name)
+    try:
+        kernel = triton.compile(ASTSource(fn, signature, constexprs), target=TARGETS[target], options=options)
+        (_amd if target == "gfx942" else _cuda)(rep, kernel, options.get("num_warps", 4))
+    except Exception as e:  # noqa: BLE001 - reported, and fails the run
+        rep.error = f"{type(e).__name__}: {str(e).splitlines()[0][:200] if str(e) else ''}"
+    return rep
+
+
+def run(target: str, only: str | None = None) -> list[Report]:
+    reports = []
+    for name, fn, sig, consts, opts in aot_variants(target):
+        if only and only not in name:
+            continue
+        rep = compile_variant(target, name, fn, sig, consts, opts)
+        status = "ok" if rep.ok(target) else "FAIL"
+        print(f"{status:4} {name:58} regs={rep.regs:<4} spills={rep.spills:<4} lds={rep.lds:<6} "
+              f"{'mfma' if target == 'gfx942' else 'wgmma'}={'yes' if rep.matrix else 'NO'} "
+              f"{rep.occupancy}{'  ' + rep.error if rep.error else ''}", flush=True)
+        reports.append(rep)
+    return reports
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("target", choices=sorted(TARGETS))
+    ap.add_argument("--only", help="compile only variants whose name contains this")
+    args = ap.parse_args(argv)
+    reports = run(args.target, args.only)
+    bad = [r.name for r in reports if not r.ok(args.target)]
+    print(f"{len(reports) - len(bad)}/{len(reports)} {args.target} variants clean")
+    return 1 if bad or not reports else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
