@@ -110,12 +110,45 @@ def bench_quantised(t, n, topk):
     return rows
 
 
+SWEEP = {  # candidate (rows, bn, num_warps, num_stages, progs_per_sm) per kernel, tried with --sweep
+    "INDEXER_TOPK": [(128, 64, 4, 2, 2), (128, 64, 4, 3, 2), (256, 64, 8, 2, 1), (128, 128, 8, 3, 1),
+                     (64, 64, 4, 3, 3), (128, 64, 8, 3, 2)],
+    "INDEXER_LOGITS": [(256, 128, 8, 3, 1), (128, 128, 8, 3, 1), (256, 64, 8, 3, 1), (128, 64, 4, 3, 1),
+                       (256, 128, 8, 2, 1)],
+}
+
+
+def sweep(t=4096, n=4096, topk=512):
+    """Time candidate configs of this target on the causal case; prints one line each."""
+    from inductor_dsa.kernels import configs
+    target = configs.target_for(torch.device("cuda"))
+    q, k, w, ks, ke = make_case(t, n, "causal")
+    flops = 2 * H * D * (ke - ks).sum().item()
+    calls = {"INDEXER_TOPK": lambda: inductor_dsa.indexer_topk(q, k, w, topk, k_start=ks, k_end=ke),
+             "INDEXER_LOGITS": lambda: inductor_dsa.indexer_logits(q, k, w, k_start=ks, k_end=ke)}
+    for table_name, cands in SWEEP.items():
+        registry = getattr(configs, table_name)
+        keep = registry[target]
+        for rows, bn, nw, ns, pps in cands:
+            registry[target] = configs.IndexerConfig(rows, bn, nw, ns, pps)
+            try:
+                ms = time_ms(calls[table_name])
+                print(f"sweep {table_name} rows={rows} bn={bn} warps={nw} stages={ns} progs/SM={pps}: "
+                      f"{ms:.3f} ms {flops / ms / 1e9:.0f} TFLOP/s", flush=True)
+            except Exception as e:  # noqa: BLE001 - a config that fails to compile is reported
+                print(f"sweep {table_name} rows={rows} bn={bn} warps={nw} stages={ns}: {type(e).__name__} {e}"[:300])
+        registry[target] = keep
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--quick", action="store_true", help="ours only, first case")
+    ap.add_argument("--sweep", action="store_true", help="time candidate configs first")
     ap.add_argument("--out")
     args = ap.parse_args()
     print(env_line(), flush=True)
+    if args.sweep:
+        sweep()
     rows = []
     for case in CASES[:1] if args.quick else CASES:
         rows += bench_case(*case, args.quick)
