@@ -110,11 +110,9 @@ def bench_quantised(t, n, topk):
     return rows
 
 
-SWEEP = {  # candidate (rows, bn, num_warps, num_stages, progs_per_sm) per kernel, tried with --sweep
-    "INDEXER_TOPK": [(128, 64, 4, 2, 2), (128, 64, 4, 3, 2), (256, 64, 8, 2, 1), (128, 128, 8, 3, 1),
-                     (64, 64, 4, 3, 3), (128, 64, 8, 3, 2)],
-    "INDEXER_LOGITS": [(256, 128, 8, 3, 1), (128, 128, 8, 3, 1), (256, 64, 8, 3, 1), (128, 64, 4, 3, 1),
-                       (256, 128, 8, 2, 1)],
+SWEEP = {  # candidates tried with --sweep on the causal T=K=4096 case
+    "INDEXER_LOGITS": [(256, 64, 8, 3), (256, 64, 8, 4), (128, 64, 4, 3), (256, 32, 8, 3), (128, 64, 8, 3)],
+    "SELECT": [(4, 1024, 512), (8, 1024, 512), (4, 512, 512), (4, 2048, 512), (4, 1024, 1024), (2, 512, 512)],
 }
 
 
@@ -124,19 +122,19 @@ def sweep(t=4096, n=4096, topk=512):
     target = configs.target_for(torch.device("cuda"))
     q, k, w, ks, ke = make_case(t, n, "causal")
     flops = 2 * H * D * (ke - ks).sum().item()
-    calls = {"INDEXER_TOPK": lambda: inductor_dsa.indexer_topk(q, k, w, topk, k_start=ks, k_end=ke),
+    calls = {"SELECT": lambda: inductor_dsa.indexer_topk(q, k, w, topk, k_start=ks, k_end=ke),
              "INDEXER_LOGITS": lambda: inductor_dsa.indexer_logits(q, k, w, k_start=ks, k_end=ke)}
+    kinds = {"SELECT": configs.SelectConfig, "INDEXER_LOGITS": configs.IndexerConfig}
     for table_name, cands in SWEEP.items():
         registry = getattr(configs, table_name)
         keep = registry[target]
-        for rows, bn, nw, ns, pps in cands:
-            registry[target] = configs.IndexerConfig(rows, bn, nw, ns, pps)
+        for cand in cands:
+            registry[target] = kinds[table_name](*cand)
             try:
                 ms = time_ms(calls[table_name])
-                print(f"sweep {table_name} rows={rows} bn={bn} warps={nw} stages={ns} progs/SM={pps}: "
-                      f"{ms:.3f} ms {flops / ms / 1e9:.0f} TFLOP/s", flush=True)
+                print(f"sweep {registry[target]}: {ms:.3f} ms {flops / ms / 1e9:.0f} TFLOP/s", flush=True)
             except Exception as e:  # noqa: BLE001 - a config that fails to compile is reported
-                print(f"sweep {table_name} rows={rows} bn={bn} warps={nw} stages={ns}: {type(e).__name__} {e}"[:300])
+                print(f"sweep {registry[target]}: {type(e).__name__} {e}"[:300])
         registry[target] = keep
 
 

@@ -61,6 +61,11 @@ def test_logits_fp16_fp32(dtype, gen):
     _assert_logits(out, reference.indexer_logits(q, k, w), 1e-5)
 
 
+def _tol(kind):
+    # Hopper's native fp8 wgmma accumulates with a reduced-precision adder (~2**-13 relative)
+    return 2e-3 if kind.startswith("fp8 q") and DEVICE == "cuda" else 1e-5
+
+
 def _quantised(kind, q, k, gen):
     if kind == "mxfp4 k":
         return q, formats.mxfp4_encode(k)
@@ -79,10 +84,10 @@ def test_logits_quantised(kind, gen):
     qq, kk = _quantised(kind, q, k, gen)
     ks, ke = reference.causal_ranges(29, 67)
     out = idsa.indexer_logits(*_dev(qq, kk, w), k_start=ks.to(DEVICE), k_end=ke.to(DEVICE))
-    _assert_logits(out, reference.indexer_logits(qq, kk, w, ks, ke), 1e-5)
+    _assert_logits(out, reference.indexer_logits(qq, kk, w, ks, ke), _tol(kind))
 
 
-def _assert_topk(vals, idx, ref, topk):
+def _assert_topk(vals, idx, ref, topk, tol=1e-5):
     vals, idx = vals.cpu(), idx.cpu()
     assert vals.dtype == torch.float32 and idx.dtype == torch.int32
     assert idx.shape == (ref.shape[0], topk) and vals.shape == idx.shape
@@ -94,7 +99,7 @@ def _assert_topk(vals, idx, ref, topk):
     want = torch.where(taken, ref.gather(1, idx.long().clamp(min=0)), 0)
     fin = ref[torch.isfinite(ref)]
     scale = fin.abs().max().item() if fin.numel() else 1.0
-    assert (got - want).abs().max() <= 1e-5 * max(scale, 1.0)
+    assert (got - want).abs().max() <= tol * max(scale, 1.0)
     v = vals.masked_fill(~taken, float("-inf"))
     assert (v[:, :-1] >= v[:, 1:]).all()  # descending
 
@@ -116,7 +121,7 @@ def test_topk_quantised(kind, gen):
     qq, kk = _quantised(kind, q, k, gen)
     ks, ke = reference.causal_ranges(21, 90)
     vals, idx = idsa.indexer_topk(*_dev(qq, kk, w), 24, k_start=ks.to(DEVICE), k_end=ke.to(DEVICE))
-    _assert_topk(vals, idx, reference.indexer_logits(qq, kk, w, ks, ke), 24)
+    _assert_topk(vals, idx, reference.indexer_logits(qq, kk, w, ks, ke), 24, _tol(kind))
 
 
 def test_topk_ties_exact_and_deterministic(gen):

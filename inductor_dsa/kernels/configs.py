@@ -21,8 +21,6 @@ class IndexerConfig:
     bn: int            # key rows per block
     num_warps: int
     num_stages: int
-    progs_per_sm: int  # persistent top-k programs per multiprocessor
-    ch: int = 1024     # elements per chunk in the top-k selection passes
     extra: dict = field(default_factory=dict)  # backend-specific knobs
 
     def tokens(self, hp: int) -> int:
@@ -30,18 +28,26 @@ class IndexerConfig:
 
 
 INDEXER_LOGITS = {
-    "sm90": IndexerConfig(rows=256, bn=128, num_warps=8, num_stages=3, progs_per_sm=1),
-    "gfx942": IndexerConfig(rows=128, bn=64, num_warps=8, num_stages=2, progs_per_sm=1,
+    "sm90": IndexerConfig(rows=256, bn=64, num_warps=8, num_stages=3),
+    "gfx942": IndexerConfig(rows=128, bn=64, num_warps=8, num_stages=2,
                             extra={"matrix_instr_nonkdim": 16, "waves_per_eu": 2}),
-    "cuda": IndexerConfig(rows=128, bn=64, num_warps=4, num_stages=2, progs_per_sm=1),
-    "interpreter": IndexerConfig(rows=32, bn=32, num_warps=4, num_stages=1, progs_per_sm=1),
+    "cuda": IndexerConfig(rows=128, bn=64, num_warps=4, num_stages=2),
+    "interpreter": IndexerConfig(rows=32, bn=32, num_warps=4, num_stages=1),
 }
-INDEXER_TOPK = {
-    "sm90": IndexerConfig(rows=128, bn=64, num_warps=4, num_stages=2, progs_per_sm=2),
-    "gfx942": IndexerConfig(rows=128, bn=64, num_warps=8, num_stages=2, progs_per_sm=2,
-                            extra={"matrix_instr_nonkdim": 16, "waves_per_eu": 2}),
-    "cuda": IndexerConfig(rows=128, bn=64, num_warps=4, num_stages=2, progs_per_sm=2),
-    "interpreter": IndexerConfig(rows=32, bn=32, num_warps=4, num_stages=1, progs_per_sm=1, ch=64),
+
+
+@dataclass(frozen=True)
+class SelectConfig:
+    num_warps: int
+    ch: int           # elements per chunk in the radix-select passes
+    min_rows: int     # a workspace chunk holds at least this many rows (fills the GPU)
+
+
+SELECT = {
+    "sm90": SelectConfig(num_warps=4, ch=1024, min_rows=512),
+    "gfx942": SelectConfig(num_warps=4, ch=1024, min_rows=512),
+    "cuda": SelectConfig(num_warps=4, ch=1024, min_rows=512),
+    "interpreter": SelectConfig(num_warps=4, ch=64, min_rows=8),
 }
 TARGETS = ("gfx942", "sm90")
 
@@ -59,19 +65,7 @@ def device_target(index: int) -> str:
     return "sm90" if (props.major, props.minor) == (9, 0) else "cuda"
 
 
-@functools.lru_cache(maxsize=None)
-def multiprocessors(index: int) -> int:
-    return torch.cuda.get_device_properties(index).multi_processor_count
-
-
 def target_for(device: torch.device) -> str:
     if device.type == "cpu":
         return "interpreter"
     return device_target(device.index if device.index is not None else torch.cuda.current_device())
-
-
-def num_programs(device: torch.device, cfg: IndexerConfig, tiles: int) -> int:
-    if device.type == "cpu":
-        return max(1, min(tiles, 3))
-    idx = device.index if device.index is not None else torch.cuda.current_device()
-    return max(1, min(tiles, multiprocessors(idx) * cfg.progs_per_sm))

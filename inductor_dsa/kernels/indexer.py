@@ -15,14 +15,12 @@ is mostly in-thread. Only blocks intersecting [min k_start, max k_end) of the ti
 are computed. MXFP4 operands are decoded in registers right after their byte loads
 (E2M1 via arithmetic, E8M0 via exponent bits); no dense dequantised copy exists.
 
-Fused top-k (``topk_kernel``), persistent: each of NPROG programs walks token tiles
-(heaviest first) and, per tile,
-  1. writes the tile's BT x K fp32 scores into its own workspace slot (NPROG*BT*K
-     floats in all, sized to stay in L2; the [T, K] logits never exist),
-  2. per row, finds the k-th largest score by a 4-pass 8-bit radix select over
-     order-preserving uint32 keys (histograms over the row's visible range),
-  3. compacts the winners (ties at the threshold go to the lowest columns), then
-     sorts them descending with a bitonic sort of (key << 32 | ~column) words.
+Top-k (``select_kernel``) over scores staged in a bounded workspace: the launcher walks
+the tokens in chunks of C rows, ``logits_kernel`` writes a chunk's C x K fp32 scores into a
+workspace no larger than the outputs (the [T, K] logits never exist), then one program per
+row finds the k-th largest score by a 4-pass 8-bit radix select over order-preserving uint32
+keys (histograms over the row's visible range), compacts the winners (ties at the threshold
+go to the lowest columns) and sorts them with a bitonic sort of (key << 32 | ~column) words.
 """
 import triton
 import triton.language as tl
@@ -98,23 +96,31 @@ def _tile_ranges(k_start, k_end, t0, T, K, BT: tl.constexpr, BN: tl.constexpr):
 
 
 @triton.jit
-def logits_kernel(q, qx, k, kx, w, k_start, k_end, out, T, K, H,
+def logits_kernel(q, qx, k, kx, w, k_start, k_end, out, T, K, H, row0,
                   sq_t, sq_h, sq_d, sqx_t, sqx_h, sk_k, sk_d, skx_k, sw_t, sw_h, so_t,
                   Q_FMT: tl.constexpr, K_FMT: tl.constexpr, K_ROW_SCALE: tl.constexpr,
                   FNUZ: tl.constexpr, DOT_DTYPE: tl.constexpr, D: tl.constexpr,
-                  HP: tl.constexpr, BT: tl.constexpr, BN: tl.constexpr):
-    """out [T, K] fp32: scores inside each row's range, -inf elsewhere. One program per BT tokens."""
-    t0 = tl.program_id(0) * BT
+                  HP: tl.constexpr, BT: tl.constexpr, BN: tl.constexpr, FILL: tl.constexpr):
+    """out[t - row0, :] for tokens row0 <= t < T, one program per BT tokens: scores inside each
+    row's range; with FILL, -inf elsewhere (without, masked columns are left unwritten)."""
+    t0 = row0 + tl.program_id(0) * BT
     qT, wv = _query_tile(q, qx, w, t0, T, H, sq_t, sq_h, sq_d, sqx_t, sqx_h, sw_t, sw_h,
                          Q_FMT, FNUZ, BT, HP, D, DOT_DTYPE)
     t, tm, s, e, lo, hi = _tile_ranges(k_start, k_end, t0, T, K, BT, BN)
-    row = out + t.to(tl.int64)[None, :] * so_t
+    row = out + (t - row0).to(tl.int64)[None, :] * so_t
     for j0 in range(lo, hi, BN):
         blk = _score_block(qT, wv, k, kx, j0, K, sk_k, sk_d, skx_k, K_FMT, K_ROW_SCALE, FNUZ,
                            BT, HP, BN, D, DOT_DTYPE)
         j = (j0 + tl.arange(0, BN))[:, None]
         vis = (j >= s[None, :]) & (j < e[None, :])
         tl.store(row + j, tl.where(vis, blk, float("-inf")), mask=tm[None, :] & (j < K))
+    if FILL:
+        _fill_outside(row, tm, lo, hi, K, BT, BN)
+
+
+@triton.jit
+def _fill_outside(row, tm, lo, hi, K, BT: tl.constexpr, BN: tl.constexpr):
+    """-inf into the columns of a tile outside its computed block span [lo, hi)."""
     hi_blk = tl.maximum(tl.cdiv(hi, BN) * BN, lo)
     ninf = tl.full((BN, BT), float("-inf"), tl.float32)
     for j0 in range(0, lo, BN):
@@ -185,33 +191,12 @@ def select_row(src, s, e, out_v, out_i, TOPK: tl.constexpr, TOPK_P2: tl.constexp
 
 
 @triton.jit
-def topk_kernel(q, qx, k, kx, w, k_start, k_end, ws, out_v, out_i, T, K, H,
-                sq_t, sq_h, sq_d, sqx_t, sqx_h, sk_k, sk_d, skx_k, sw_t, sw_h,
-                Q_FMT: tl.constexpr, K_FMT: tl.constexpr, K_ROW_SCALE: tl.constexpr,
-                FNUZ: tl.constexpr, DOT_DTYPE: tl.constexpr, D: tl.constexpr,
-                HP: tl.constexpr, BT: tl.constexpr, BN: tl.constexpr,
-                TOPK: tl.constexpr, TOPK_P2: tl.constexpr, CH: tl.constexpr):
-    """Persistent fused logits + top-k; ws holds num_programs * BT * K fp32 (see module doc)."""
-    pid = tl.program_id(0)
-    nprog = tl.num_programs(0)
-    n_tiles = tl.cdiv(T, BT)
-    slot = ws + pid.to(tl.int64) * BT * K
-    for it in range(pid, n_tiles, nprog):
-        t0 = (n_tiles - 1 - it) * BT
-        qT, wv = _query_tile(q, qx, w, t0, T, H, sq_t, sq_h, sq_d, sqx_t, sqx_h, sw_t, sw_h,
-                             Q_FMT, FNUZ, BT, HP, D, DOT_DTYPE)
-        t, tm, s, e, lo, hi = _tile_ranges(k_start, k_end, t0, T, K, BT, BN)
-        for j0 in range(lo, hi, BN):
-            blk = _score_block(qT, wv, k, kx, j0, K, sk_k, sk_d, skx_k, K_FMT, K_ROW_SCALE, FNUZ,
-                               BT, HP, BN, D, DOT_DTYPE)
-            j = (j0 + tl.arange(0, BN))[:, None]
-            tl.store(slot + tl.arange(0, BT)[None, :] * K + j, blk, mask=tm[None, :] & (j < K))
-        tl.debug_barrier()
-        for b in tl.static_range(BT):
-            tb = t0 + b
-            if tb < T:
-                sb = tl.maximum(tl.load(k_start + tb), 0)
-                eb = tl.maximum(tl.minimum(tl.load(k_end + tb), K), sb)
-                select_row(slot + b * K, sb, eb, out_v + tb.to(tl.int64) * TOPK,
-                           out_i + tb.to(tl.int64) * TOPK, TOPK, TOPK_P2, CH)
-        tl.debug_barrier()
+def select_kernel(ws, k_start, k_end, out_v, out_i, row0, T, K, s_ws,
+                  TOPK: tl.constexpr, TOPK_P2: tl.constexpr, CH: tl.constexpr):
+    """Top-k of the staged scores ws[t - row0, k_start[t]:k_end[t]] for one token t per program."""
+    t = row0 + tl.program_id(0)
+    if t < T:
+        s = tl.maximum(tl.load(k_start + t), 0)
+        e = tl.maximum(tl.minimum(tl.load(k_end + t), K), s)
+        select_row(ws + tl.program_id(0).to(tl.int64) * s_ws, s, e,
+                   out_v + t.to(tl.int64) * TOPK, out_i + t.to(tl.int64) * TOPK, TOPK, TOPK_P2, CH)

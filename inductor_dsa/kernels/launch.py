@@ -7,7 +7,7 @@ import triton.language as tl
 
 from . import configs
 from . import indexer
-from .indexer import logits_kernel, topk_kernel
+from .indexer import logits_kernel, select_kernel
 
 FMT_TENSOR, FMT_MXFP4, FMT_FP8_BYTES = (indexer.FMT_TENSOR.value, indexer.FMT_MXFP4.value,
                                          indexer.FMT_FP8_BYTES.value)
@@ -72,38 +72,41 @@ def _launch_opts(cfg: configs.IndexerConfig, target: str) -> dict:
     return opts
 
 
-def indexer_logits(q, q_scale, k, k_scale, weights, k_start, k_end) -> torch.Tensor:
-    target = configs.target_for(q.device)
+def _logits_into(out, row0, rows, t, q, q_scale, k, k_scale, weights, k_start, k_end, target, fill):
     cfg = configs.INDEXER_LOGITS[target]
     args, h = _plan(q, q_scale, k, k_scale, weights, target)
+    bt = cfg.tokens(args["HP"])
+    logits_kernel[(triton.cdiv(rows, bt),)](
+        k_start=k_start, k_end=k_end, out=out, T=min(t, row0 + rows), K=k.shape[0], H=h, row0=row0,
+        so_t=out.stride(0), BT=bt, BN=cfg.bn, FILL=fill, **args, **_launch_opts(cfg, target))
+
+
+def indexer_logits(q, q_scale, k, k_scale, weights, k_start, k_end) -> torch.Tensor:
     t, n = q.shape[0], k.shape[0]
     out = torch.empty((t, n), dtype=torch.float32, device=q.device)
-    if t == 0 or n == 0:
-        return out
-    bt = cfg.tokens(args["HP"])
-    logits_kernel[(triton.cdiv(t, bt),)](
-        k_start=k_start, k_end=k_end, out=out, T=t, K=n, H=h, so_t=out.stride(0),
-        BT=bt, BN=cfg.bn, **args, **_launch_opts(cfg, target))
+    if t and n:
+        _logits_into(out, 0, t, t, q, q_scale, k, k_scale, weights, k_start, k_end,
+                     configs.target_for(q.device), True)
     return out
 
 
 def indexer_topk(q, q_scale, k, k_scale, weights, k_start, k_end, topk: int):
+    """Chunks of C rows: logits into a workspace of at most max(outputs, min_rows x K) fp32, then select."""
     target = configs.target_for(q.device)
-    cfg = configs.INDEXER_TOPK[target]
-    args, h = _plan(q, q_scale, k, k_scale, weights, target)
+    sel = configs.SELECT[target]
     t, n = q.shape[0], k.shape[0]
     out_v = torch.empty((t, topk), dtype=torch.float32, device=q.device)
     out_i = torch.empty((t, topk), dtype=torch.int32, device=q.device)
     if t == 0:
         return out_v, out_i
-    bt = cfg.tokens(args["HP"])
-    tiles = triton.cdiv(t, bt)
-    nprog = configs.num_programs(q.device, cfg, tiles)
-    ws = torch.empty((nprog, bt, max(n, 1)), dtype=torch.float32, device=q.device)
-    topk_kernel[(nprog,)](
-        k_start=k_start, k_end=k_end, ws=ws, out_v=out_v, out_i=out_i, T=t, K=n, H=h,
-        BT=bt, BN=cfg.bn, TOPK=topk, TOPK_P2=triton.next_power_of_2(topk), CH=cfg.ch,
-        **args, **_launch_opts(cfg, target))
+    rows = min(t, max(sel.min_rows, (t * topk * 8) // (4 * max(n, 1))))
+    ws = torch.empty((rows, max(n, 1)), dtype=torch.float32, device=q.device)
+    for row0 in range(0, t, rows):
+        if n:
+            _logits_into(ws, row0, rows, t, q, q_scale, k, k_scale, weights, k_start, k_end, target, False)
+        select_kernel[(min(rows, t - row0),)](
+            ws, k_start, k_end, out_v, out_i, row0, t, n, ws.stride(0),
+            TOPK=topk, TOPK_P2=triton.next_power_of_2(topk), CH=sel.ch, num_warps=sel.num_warps)
     return out_v, out_i
 
 
@@ -120,22 +123,22 @@ _FP8_TL = {"gfx942": tl.float8e4b8, "sm90": tl.float8e4nv}
 def aot_variants(target: str, head_dim: int = 128, heads: int = 64):
     """(name, kernel, signature, constexprs, options) of every shipped indexer config for a target."""
     hp = triton.next_power_of_2(heads)
+    cfg = configs.INDEXER_LOGITS[target]
     for fmt, (qp, qxp, kp, kxp, qf, kf, scaled, dot) in _AOT_FORMATS.items():
         if dot == "fp8":
             qp = qxp = kp = _FP8_PTR[target]
             dot_dtype = _FP8_TL[target]
         else:
             dot_dtype = tl.bfloat16
-        pointers = dict(q=qp, qx=qxp, k=kp, kx=kxp, w="*bf16", k_start="*i32", k_end="*i32",
-                        out="*fp32", ws="*fp32", out_v="*fp32", out_i="*i32")
+        pointers = dict(q=qp, qx=qxp, k=kp, kx=kxp, w="*bf16", k_start="*i32", k_end="*i32", out="*fp32")
         consts = dict(Q_FMT=qf, K_FMT=kf, K_ROW_SCALE=scaled, FNUZ=target == "gfx942" and scaled,
-                      DOT_DTYPE=dot_dtype, D=head_dim, HP=hp)
-        lcfg, tcfg = configs.INDEXER_LOGITS[target], configs.INDEXER_TOPK[target]
-        topks = (512, 1024, 2048) if fmt == "bf16" else (512,)
-        kernels = [(f"indexer_logits[{fmt}]", logits_kernel, lcfg, {})]
-        kernels += [(f"indexer_topk[{fmt},topk={n}]", topk_kernel, tcfg,
-                     dict(TOPK=n, TOPK_P2=triton.next_power_of_2(n), CH=tcfg.ch)) for n in topks]
-        for name, fn, cfg, extra in kernels:
-            c = {**consts, "BT": cfg.tokens(hp), "BN": cfg.bn, **extra}
-            sig = {a: ("constexpr" if a in c else pointers.get(a, "i32")) for a in fn.arg_names}
-            yield (f"{name} D={head_dim} H={heads}", fn, sig, c, _launch_opts(cfg, target))
+                      DOT_DTYPE=dot_dtype, D=head_dim, HP=hp, BT=cfg.tokens(hp), BN=cfg.bn, FILL=True)
+        sig = {a: ("constexpr" if a in consts else pointers.get(a, "i32")) for a in logits_kernel.arg_names}
+        yield (f"indexer_logits[{fmt}] D={head_dim} H={heads}", logits_kernel, sig, consts,
+               _launch_opts(cfg, target))
+    sel = configs.SELECT[target]
+    for n in (512, 1024, 2048):
+        consts = dict(TOPK=n, TOPK_P2=triton.next_power_of_2(n), CH=sel.ch)
+        pointers = dict(ws="*fp32", k_start="*i32", k_end="*i32", out_v="*fp32", out_i="*i32")
+        sig = {a: ("constexpr" if a in consts else pointers.get(a, "i32")) for a in select_kernel.arg_names}
+        yield f"indexer_select[topk={n}]", select_kernel, sig, consts, dict(num_warps=sel.num_warps)
