@@ -34,10 +34,10 @@ def _operand(x, xs, kind: str, native_fp8: bool):
     if kind == "mxfp4":
         x, xs = x.contiguous(), xs.contiguous()
         return x, xs, x.stride()[:r], xs.stride()[:r], 1, FMT_MXFP4
-    aux, aux_strides = (xs, xs.stride()[:r]) if xs is not None else (x, (0,) * r)
     fmt = FMT_TENSOR
     if x.dtype in (torch.float8_e4m3fn, torch.float8_e4m3fnuz) and not native_fp8:
         x, fmt = x.view(torch.uint8), FMT_FP8_BYTES
+    aux, aux_strides = (xs, xs.stride()[:r]) if xs is not None else (x, (0,) * r)
     return x, aux, x.stride()[:r], aux_strides, x.stride(-1), fmt
 
 
