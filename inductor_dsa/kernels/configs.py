@@ -30,7 +30,7 @@ class IndexerConfig:
 INDEXER_LOGITS = {
     "sm90": IndexerConfig(rows=256, bn=64, num_warps=8, num_stages=3),
     "gfx942": IndexerConfig(rows=128, bn=64, num_warps=8, num_stages=2,
-                            extra={"matrix_instr_nonkdim": 16, "waves_per_eu": 2}),
+                            extra={"matrix_instr_nonkdim": 16}),
     "cuda": IndexerConfig(rows=128, bn=64, num_warps=4, num_stages=2),
     "interpreter": IndexerConfig(rows=32, bn=32, num_warps=4, num_stages=1),
 }
@@ -44,9 +44,9 @@ class SelectConfig:
 
 
 SELECT = {
-    "sm90": SelectConfig(num_warps=4, ch=1024, min_rows=512),
-    "gfx942": SelectConfig(num_warps=4, ch=1024, min_rows=512),
-    "cuda": SelectConfig(num_warps=4, ch=1024, min_rows=512),
+    "sm90": SelectConfig(num_warps=4, ch=256, min_rows=512),
+    "gfx942": SelectConfig(num_warps=4, ch=256, min_rows=512),
+    "cuda": SelectConfig(num_warps=4, ch=256, min_rows=512),
     "interpreter": SelectConfig(num_warps=4, ch=64, min_rows=8),
 }
 TARGETS = ("gfx942", "sm90")

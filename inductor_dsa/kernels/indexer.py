@@ -156,8 +156,8 @@ def select_row(src, s, e, out_v, out_i, TOPK: tl.constexpr, TOPK_P2: tl.constexp
                 key = f32_to_key(tl.load(src + cols, mask=m, other=0.0))
                 if p > 0:
                     m = m & ((key >> (shift + 4)) == thr)
-                digit = ((key >> shift) & 15).to(tl.int32)
-                hit = (digit[:, None] == bins[None, :]) & m[:, None]
+                d = ((key >> shift) & 15).to(tl.int32)
+                hit = (d[:, None] == bins[None, :]) & m[:, None]
                 hist += tl.sum(hit.to(tl.int32), 0)
             at_least = tl.cumsum(hist, 0, reverse=True)
             digit = tl.max(tl.where(at_least >= need, bins, 0), 0)
