@@ -44,9 +44,9 @@ class SelectConfig:
 
 
 SELECT = {
-    "sm90": SelectConfig(num_warps=4, ch=256, min_rows=512),
-    "gfx942": SelectConfig(num_warps=4, ch=256, min_rows=512),
-    "cuda": SelectConfig(num_warps=4, ch=256, min_rows=512),
+    "sm90": SelectConfig(num_warps=4, ch=512, min_rows=512),
+    "gfx942": SelectConfig(num_warps=4, ch=512, min_rows=512),
+    "cuda": SelectConfig(num_warps=4, ch=512, min_rows=512),
     "interpreter": SelectConfig(num_warps=4, ch=64, min_rows=8),
 }
 TARGETS = ("gfx942", "sm90")
