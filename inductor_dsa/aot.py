@@ -3,7 +3,9 @@
     python -m inductor_dsa.aot gfx942      # AMD MI300 (CDNA3), wave64
     python -m inductor_dsa.aot sm90        # NVIDIA Hopper
 
-For each variant it prints registers, spills, LDS / shared-memory bytes, whether the
+Each variant is specialised as a V4-sized launch would be (integer arguments equal to 1
+become constants, multiples of 16 get divisibility hints), so software pipelining and
+vector widths match the real kernels. For each variant it prints registers, spills, LDS / shared-memory bytes, whether the
 matrix instructions are used (``v_mfma`` on gfx942, ``wgmma`` on sm90) and an occupancy
 estimate (waves per SIMD on gfx942, CTAs per SM on sm90). Exit status 1 on any spill,
 LDS/shared overflow, missing matrix instruction, or compile error.
@@ -88,11 +90,28 @@ def _cuda(rep: Report, kernel, num_warps: int) -> None:
     rep.occupancy = f"{min(by_regs, by_smem, 32)} CTA/SM"
 
 
-def compile_variant(target: str, name, fn, signature, constexprs, options) -> Report:
-    """Compile one variant; kernels without tl.dot (named '*select*', '*merge*') need no matrix unit."""
+def specialise(fn, signature: dict, constexprs: dict, ints: dict):
+    """Specialise like a JIT launch with these integer values: 1 becomes a constant, multiples of
+    16 (and every pointer) get ``tt.divisibility=16``, which the software pipeliner needs."""
+    sig, consts, attrs = dict(signature), dict(constexprs), {}
+    for name, value in ints.items():
+        if value == 1:
+            sig[name], consts[name] = "constexpr", 1
+    for i, name in enumerate(fn.arg_names):
+        if sig[name].startswith("*") or (sig[name] == "i32" and ints.get(name, 1) % 16 == 0):
+            attrs[(i,)] = [["tt.divisibility", 16]]
+    return ASTSource(fn, sig, consts, attrs=attrs)
+
+
+def compile_variant(target: str, name, fn, signature, constexprs, options, ints=None) -> Report:
+    """Compile one variant; kernels without tl.dot (named '*select*', '*merge*') need no matrix unit.
+
+    ``ints``: example values of the integer arguments (a representative launch) to specialise on.
+    """
     rep = Report(name, needs_matrix=not any(w in name for w in ("select", "merge")))
     try:
-        kernel = triton.compile(ASTSource(fn, signature, constexprs), target=TARGETS[target], options=options)
+        src = specialise(fn, signature, constexprs, ints or {})
+        kernel = triton.compile(src, target=TARGETS[target], options=options)
         (_amd if target == "gfx942" else _cuda)(rep, kernel, options.get("num_warps", 4))
     except Exception as e:  # noqa: BLE001 - reported, and fails the run
         rep.error = f"{type(e).__name__}: {str(e).splitlines()[0][:200] if str(e) else ''}"
@@ -101,10 +120,10 @@ def compile_variant(target: str, name, fn, signature, constexprs, options) -> Re
 
 def run(target: str, only: str | None = None) -> list[Report]:
     reports = []
-    for name, fn, sig, consts, opts in aot_variants(target):
+    for name, fn, sig, consts, opts, ints in aot_variants(target):
         if only and only not in name:
             continue
-        rep = compile_variant(target, name, fn, sig, consts, opts)
+        rep = compile_variant(target, name, fn, sig, consts, opts, ints)
         status = "ok" if rep.ok(target) else "FAIL"
         print(f"{status:4} {name:58} regs={rep.regs:<4} spills={rep.spills:<4} lds={rep.lds:<6} "
               f"{'mfma' if target == 'gfx942' else 'wgmma'}={'yes' if rep.matrix else ('NO' if rep.needs_matrix else '-')} "

@@ -110,35 +110,43 @@ def indexer_topk(q, q_scale, k, k_scale, weights, k_start, k_end, topk: int):
     return out_v, out_i
 
 
-_AOT_FORMATS = {  # name: (q pointer, q aux, k pointer, k aux, Q_FMT, K_FMT, K_ROW_SCALE, dot dtype by target)
-    "bf16": ("*bf16", "*bf16", "*bf16", "*bf16", FMT_TENSOR, FMT_TENSOR, False, None),
-    "bf16q-mxfp4k": ("*bf16", "*bf16", "*u8", "*u8", FMT_TENSOR, FMT_MXFP4, False, None),
-    "mxfp4": ("*u8", "*u8", "*u8", "*u8", FMT_MXFP4, FMT_MXFP4, False, None),
-    "fp8": (None, None, None, "*fp32", FMT_TENSOR, FMT_TENSOR, True, "fp8"),
+_AOT_FORMATS = {  # name: (q pointer, q aux, k pointer, k aux, Q_FMT, K_FMT, K_ROW_SCALE, fp8)
+    "bf16": ("*bf16", "*bf16", "*bf16", "*bf16", FMT_TENSOR, FMT_TENSOR, False, False),
+    "bf16q-mxfp4k": ("*bf16", "*bf16", "*u8", "*u8", FMT_TENSOR, FMT_MXFP4, False, False),
+    "mxfp4": ("*u8", "*u8", "*u8", "*u8", FMT_MXFP4, FMT_MXFP4, False, False),
+    "fp8": (None, None, None, "*fp32", FMT_TENSOR, FMT_TENSOR, True, True),
 }
 _FP8_PTR = {"gfx942": "*fp8e4b8", "sm90": "*fp8e4nv"}
 _FP8_TL = {"gfx942": tl.float8e4b8, "sm90": tl.float8e4nv}
 
 
-def aot_variants(target: str, head_dim: int = 128, heads: int = 64):
-    """(name, kernel, signature, constexprs, options) of every shipped indexer config for a target."""
+def _v4_strides(fmt: str, t: int, n: int, h: int, d: int) -> dict:
+    """Integer arguments of a contiguous V4 launch (T=t, K=n, H=h, D=d) for AOT specialisation."""
+    qmx, kmx = fmt == "mxfp4", fmt in ("mxfp4", "bf16q-mxfp4k")
+    return dict(T=t, K=n, H=h, row0=0, sq_t=h * d // (2 if qmx else 1), sq_h=d // (2 if qmx else 1), sq_d=1,
+                sqx_t=h * d // 32 if qmx else 0, sqx_h=d // 32 if qmx else 0,
+                sk_k=d // (2 if kmx else 1), sk_d=1, skx_k=d // 32 if kmx else (1 if fmt == "fp8" else 0),
+                sw_t=h, sw_h=1, so_t=n)
+
+
+def aot_variants(target: str, head_dim: int = 128, heads: int = 64, tokens: int = 4096):
+    """(name, kernel, signature, constexprs, options, example ints) of every shipped config."""
     hp = triton.next_power_of_2(heads)
     cfg = configs.INDEXER_LOGITS[target]
-    for fmt, (qp, qxp, kp, kxp, qf, kf, scaled, dot) in _AOT_FORMATS.items():
-        if dot == "fp8":
+    for fmt, (qp, qxp, kp, kxp, qf, kf, scaled, fp8) in _AOT_FORMATS.items():
+        if fp8:
             qp = qxp = kp = _FP8_PTR[target]
-            dot_dtype = _FP8_TL[target]
-        else:
-            dot_dtype = tl.bfloat16
         pointers = dict(q=qp, qx=qxp, k=kp, kx=kxp, w="*bf16", k_start="*i32", k_end="*i32", out="*fp32")
         consts = dict(Q_FMT=qf, K_FMT=kf, K_ROW_SCALE=scaled, FNUZ=target == "gfx942" and scaled,
-                      DOT_DTYPE=dot_dtype, D=head_dim, HP=hp, BT=cfg.tokens(hp), BN=cfg.bn, FILL=True)
+                      DOT_DTYPE=_FP8_TL[target] if fp8 else tl.bfloat16, D=head_dim, HP=hp,
+                      BT=cfg.tokens(hp), BN=cfg.bn, FILL=True)
         sig = {a: ("constexpr" if a in consts else pointers.get(a, "i32")) for a in logits_kernel.arg_names}
         yield (f"indexer_logits[{fmt}] D={head_dim} H={heads}", logits_kernel, sig, consts,
-               _launch_opts(cfg, target))
+               _launch_opts(cfg, target), _v4_strides(fmt, tokens, tokens, heads, head_dim))
     sel = configs.SELECT[target]
     for n in (512, 1024, 2048):
         consts = dict(TOPK=n, TOPK_P2=triton.next_power_of_2(n), CH=sel.ch)
         pointers = dict(ws="*fp32", k_start="*i32", k_end="*i32", out_v="*fp32", out_i="*i32")
         sig = {a: ("constexpr" if a in consts else pointers.get(a, "i32")) for a in select_kernel.arg_names}
-        yield f"indexer_select[topk={n}]", select_kernel, sig, consts, dict(num_warps=sel.num_warps)
+        yield (f"indexer_select[topk={n}]", select_kernel, sig, consts, dict(num_warps=sel.num_warps),
+               dict(row0=0, T=tokens, K=tokens, s_ws=tokens))
