@@ -101,3 +101,59 @@ def indexer_topk(q, q_scale, k, k_scale, weights, k_start, k_end, topk: int):
         BT=bt, BN=cfg.bn, TOPK=topk, TOPK_P2=triton.next_power_of_2(topk), CH=cfg.ch,
         **args, **_launch_opts(cfg, target))
     return out_v, out_i
+
+
+# --- sparse attention -------------------------------------------------------------------------
+from .sparse_attention import LOG2E, combine_kernel, sparse_attention_kernel  # noqa: E402
+
+
+def sparse_attention_splits(device: torch.device, cfg: configs.SparseAttentionConfig,
+                            programs: int, topk: int) -> int:
+    """Split-KV factor: fewest splits minimising waves-per-unit-work ceil(P*s/SMs)/s, >= 2 tiles each."""
+    if device.type == "cpu":
+        return 1
+    idx = device.index if device.index is not None else torch.cuda.current_device()
+    sms = configs.multiprocessors(idx)
+    best, best_cost = 1, float(triton.cdiv(programs, sms))
+    for s in range(2, cfg.max_splits + 1):
+        if topk < 2 * s * cfg.bn:
+            break
+        cost = triton.cdiv(programs * s, sms) / s
+        if cost < best_cost - 1e-9:
+            best, best_cost = s, cost
+    return best
+
+
+def sparse_attention(q, kv, indices, sink, scale: float, splits: int | None = None):
+    """(out [B, M, H, D] q.dtype, lse fp32 [B, M, H]) on validated operands; see the kernel module."""
+    target = configs.target_for(q.device)
+    cfg = configs.SPARSE_ATTENTION[target]
+    b, m, h, d = q.shape
+    topk = indices.shape[2]
+    out = torch.empty((b, m, h, d), dtype=q.dtype, device=q.device)
+    lse = torch.empty((b, m, h), dtype=torch.float32, device=q.device)
+    if out.numel() == 0:
+        return out, lse.fill_(float("-inf"))
+    bh = min(cfg.bh, max(16, triton.next_power_of_2(h)))
+    if target == "interpreter":
+        dot = tl.float32  # the interpreter's bf16 tl.dot is wrong (triton 3.7); fp32 of bf16 values is exact
+    else:
+        dot = _TL_DTYPES[q.dtype]
+    grid_qh = (b * m, triton.cdiv(h, bh))
+    if splits is None:
+        splits = sparse_attention_splits(q.device, cfg, grid_qh[0] * grid_qh[1], topk)
+    has_sink = sink is not None
+    sink_t = sink.to(torch.float32).contiguous() if has_sink else lse
+    ws = (torch.empty((b * m, splits, h, d + 2), dtype=torch.float32, device=q.device)
+          if splits > 1 else lse)
+    opts = dict(num_warps=cfg.num_warps, num_stages=cfg.num_stages)
+    if target == "gfx942":
+        opts.update(cfg.extra)
+    sparse_attention_kernel[grid_qh + (splits,)](
+        q, kv, indices, sink_t, out, lse, ws, m, kv.shape[1], h, topk, scale * LOG2E,
+        *q.stride(), *kv.stride(), *indices.stride(), *out.stride()[:3], *lse.stride()[:2],
+        HAS_SINK=has_sink, SPLITS=splits, DOT_DTYPE=dot, D=d, BH=bh, BN=cfg.bn, PREFETCH=cfg.prefetch, **opts)
+    if splits > 1:
+        combine_kernel[grid_qh](ws, sink_t, out, lse, m, h, *out.stride()[:3], *lse.stride()[:2],
+                                HAS_SINK=has_sink, SPLITS=splits, D=d, BH=bh, num_warps=4)
+    return out, lse
