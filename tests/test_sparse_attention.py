@@ -122,21 +122,26 @@ def test_scale_and_dtypes():
     assert_close(q, kv, idx, s, out, lse)
 
 
-@pytest.mark.parametrize("splits", [2, 3])
-def test_split_kv(splits):
+@pytest.mark.parametrize("splits,d", [(2, 32), (3, 128)])  # D = 128: the combine runs 2 column chunks
+def test_split_kv(splits, d):
     from inductor_dsa.kernels import launch
-    q, kv, idx, s = make(1, 3, 16, 32, 60, 70, holes=0.3, seed=17 + splits)
+    q, kv, idx, s = make(1, 3, 16, d, 60, 70, holes=0.3, seed=17 + splits)
     idx[0, 0] = -1
     idx[0, 1, :40] = -1                 # some splits see nothing
     for sink in (s, None):
-        out, lse = launch.sparse_attention(q, kv, idx, sink, 32**-0.5, splits=splits)
+        out, lse = launch.sparse_attention(q, kv, idx, sink, d**-0.5, splits=splits)
         assert_close(q, kv, idx, sink, out, lse)
 
 
-def test_split_heuristic_cpu_is_one():
+def test_split_heuristic(monkeypatch):
     from inductor_dsa.kernels import launch
-    cfg = configs.SPARSE_ATTENTION["interpreter"]
+    cfg = configs.SPARSE_ATTENTION["sm90"]
     assert launch.sparse_attention_splits(torch.device("cpu"), cfg, 1, 4096) == 1
+    monkeypatch.setattr(configs, "multiprocessors", lambda index: 132)
+    cuda = torch.device("cuda", 0)
+    got = {p: launch.sparse_attention_splits(cuda, cfg, p, 1152) for p in (16, 64, 100, 128, 4096)}
+    assert got == {16: 4, 64: 2, 100: 1, 128: 1, 4096: 1}           # split only below one wave
+    assert launch.sparse_attention_splits(cuda, cfg, 64, 2 * 2 * cfg.bn - 1) == 1  # >= 2 tiles per split
 
 
 def test_without_prefetch(monkeypatch):

@@ -109,11 +109,17 @@ from .sparse_attention import LOG2E, combine_kernel, sparse_attention_kernel  # 
 
 def sparse_attention_splits(device: torch.device, cfg: configs.SparseAttentionConfig,
                             programs: int, topk: int) -> int:
-    """Split-KV factor: fewest splits minimising waves-per-unit-work ceil(P*s/SMs)/s, >= 2 tiles each."""
+    """Split-KV factor for a grid of ``programs`` (query, head block) pairs.
+
+    1 once the grid fills a wave of multiprocessors; else the fewest splits minimising
+    waves per unit of work, ceil(P*s/SMs)/s, keeping >= 2 tiles of BN slots per split.
+    """
     if device.type == "cpu":
         return 1
     idx = device.index if device.index is not None else torch.cuda.current_device()
     sms = configs.multiprocessors(idx)
+    if programs >= sms:
+        return 1
     best, best_cost = 1, float(triton.cdiv(programs, sms))
     for s in range(2, cfg.max_splits + 1):
         if topk < 2 * s * cfg.bn:
@@ -122,6 +128,11 @@ def sparse_attention_splits(device: torch.device, cfg: configs.SparseAttentionCo
         if cost < best_cost - 1e-9:
             best, best_cost = s, cost
     return best
+
+
+def sparse_attention_heads(cfg: configs.SparseAttentionConfig, h: int) -> int:
+    """Heads per program: the config's block, shrunk to H rounded up to a power of two (>= 16)."""
+    return min(cfg.bh, max(16, triton.next_power_of_2(h)))
 
 
 def sparse_attention(q, kv, indices, sink, scale: float, splits: int | None = None):
@@ -134,7 +145,7 @@ def sparse_attention(q, kv, indices, sink, scale: float, splits: int | None = No
     lse = torch.empty((b, m, h), dtype=torch.float32, device=q.device)
     if out.numel() == 0:
         return out, lse.fill_(float("-inf"))
-    bh = min(cfg.bh, max(16, triton.next_power_of_2(h)))
+    bh = sparse_attention_heads(cfg, h)
     if target == "interpreter":
         dot = tl.float32  # the interpreter's bf16 tl.dot is wrong (triton 3.7); fp32 of bf16 values is exact
     else:
@@ -144,7 +155,7 @@ def sparse_attention(q, kv, indices, sink, scale: float, splits: int | None = No
         splits = sparse_attention_splits(q.device, cfg, grid_qh[0] * grid_qh[1], topk)
     has_sink = sink is not None
     sink_t = sink.to(torch.float32).contiguous() if has_sink else lse
-    ws = (torch.empty((b * m, splits, h, d + 2), dtype=torch.float32, device=q.device)
+    ws = (torch.empty((b * m, splits, h, d + 4), dtype=torch.float32, device=q.device)
           if splits > 1 else lse)
     opts = dict(num_warps=cfg.num_warps, num_stages=cfg.num_stages)
     if target == "gfx942":
@@ -154,6 +165,7 @@ def sparse_attention(q, kv, indices, sink, scale: float, splits: int | None = No
         *q.stride(), *kv.stride(), *indices.stride(), *out.stride()[:3], *lse.stride()[:2],
         HAS_SINK=has_sink, SPLITS=splits, DOT_DTYPE=dot, D=d, BH=bh, BN=cfg.bn, PREFETCH=cfg.prefetch, **opts)
     if splits > 1:
-        combine_kernel[grid_qh](ws, sink_t, out, lse, m, h, *out.stride()[:3], *lse.stride()[:2],
-                                HAS_SINK=has_sink, SPLITS=splits, D=d, BH=bh, num_warps=4)
+        dc = min(d, 64)
+        combine_kernel[grid_qh + (d // dc,)](ws, sink_t, out, lse, m, h, *out.stride()[:3], *lse.stride()[:2],
+                                            HAS_SINK=has_sink, SPLITS=splits, D=d, BH=bh, DC=dc, num_warps=4)
     return out, lse

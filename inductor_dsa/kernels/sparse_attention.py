@@ -118,7 +118,7 @@ def sparse_attention_kernel(q, kv, idx, sink, out, lse, ws, M, N, H, TOPK, qk_sc
                             D: tl.constexpr, BH: tl.constexpr, BN: tl.constexpr, PREFETCH: tl.constexpr):
     """Grid (B * M, cdiv(H, BH), SPLITS). SPLITS == 1 writes out / lse; else fp32 partials to ws.
 
-    ws layout (SPLITS > 1): [B*M, SPLITS, H, D + 2] fp32: acc / l (D), row max (log2), l.
+    ws layout (SPLITS > 1): [B*M, SPLITS, H, D + 4] fp32: acc / l (D), row max (log2), l, 2 pad (16-byte rows).
     """
     pid = tl.program_id(0)
     hb = tl.program_id(1)
@@ -141,7 +141,7 @@ def sparse_attention_kernel(q, kv, idx, sink, out, lse, ws, M, N, H, TOPK, qk_sc
         tl.store(o_ptr, o.to(out.dtype.element_ty), mask=hm[:, None])
         tl.store(lse + b * sl_b + m * sl_m + heads, ls, mask=hm)
     else:
-        row = ((pid.to(tl.int64) * SPLITS + sp) * H + heads) * (D + 2)
+        row = ((pid.to(tl.int64) * SPLITS + sp) * H + heads) * (D + 4)
         inv = tl.where(l > 0, 1.0 / tl.where(l > 0, l, 1.0), 0.0)
         tl.store(ws + row[:, None] + dd[None, :], acc * inv[:, None], mask=hm[:, None])
         tl.store(ws + row + D, mx, mask=hm)
@@ -150,24 +150,29 @@ def sparse_attention_kernel(q, kv, idx, sink, out, lse, ws, M, N, H, TOPK, qk_sc
 
 @triton.jit
 def combine_kernel(ws, sink, out, lse, M, H, so_b, so_m, so_h, sl_b, sl_m,
-                   HAS_SINK: tl.constexpr, SPLITS: tl.constexpr, D: tl.constexpr, BH: tl.constexpr):
-    """Merge SPLITS partial results per (query, head): acc = sum_s 2^(mx_s - mx) l_s o_s, same for l."""
+                   HAS_SINK: tl.constexpr, SPLITS: tl.constexpr, D: tl.constexpr, BH: tl.constexpr,
+                   DC: tl.constexpr):
+    """Merge SPLITS partials per (query, head): acc = sum_s 2^(mx_s - mx) l_s o_s, l likewise.
+
+    Grid (B * M, cdiv(H, BH), D // DC): a program merges DC output columns of BH heads.
+    """
     pid = tl.program_id(0)
     hb = tl.program_id(1)
+    d0 = tl.program_id(2) * DC
     b = (pid // M).to(tl.int64)
     m = (pid % M).to(tl.int64)
     heads = hb * BH + tl.arange(0, BH)
     hm = heads < H
-    dd = tl.arange(0, D)
+    dd = d0 + tl.arange(0, DC)
     mx = tl.full((BH,), float("-inf"), tl.float32)
     for s in tl.static_range(SPLITS):
-        row = ((pid.to(tl.int64) * SPLITS + s) * H + heads) * (D + 2)
+        row = ((pid.to(tl.int64) * SPLITS + s) * H + heads) * (D + 4)
         mx = tl.maximum(mx, tl.load(ws + row + D, mask=hm, other=float("-inf")))
     base = tl.where(mx == float("-inf"), 0.0, mx)
     l = tl.zeros((BH,), tl.float32)
-    acc = tl.zeros((BH, D), tl.float32)
+    acc = tl.zeros((BH, DC), tl.float32)
     for s in tl.static_range(SPLITS):
-        row = ((pid.to(tl.int64) * SPLITS + s) * H + heads) * (D + 2)
+        row = ((pid.to(tl.int64) * SPLITS + s) * H + heads) * (D + 4)
         w = tl.exp2(tl.load(ws + row + D, mask=hm, other=float("-inf")) - base)
         w = w * tl.load(ws + row + D + 1, mask=hm, other=0.0)
         l += w
@@ -175,4 +180,5 @@ def combine_kernel(ws, sink, out, lse, M, H, so_b, so_m, so_h, sl_b, sl_m,
     o, ls = _finish(acc, base, l, sink, heads, hm, HAS_SINK)
     o_ptr = out + b * so_b + m * so_m + heads.to(tl.int64)[:, None] * so_h + dd[None, :]
     tl.store(o_ptr, o.to(out.dtype.element_ty), mask=hm[:, None])
-    tl.store(lse + b * sl_b + m * sl_m + heads, ls, mask=hm)
+    if d0 == 0:
+        tl.store(lse + b * sl_b + m * sl_m + heads, ls, mask=hm)
