@@ -171,9 +171,13 @@ def test_opcheck_and_compile():
     q, kv, idx, s = make(1, 1, 8, 16, 10, 16, seed=31)
     torch.library.opcheck(torch.ops.inductor_dsa.sparse_attention.default, (q, kv, idx, s, 0.25),
                           test_utils=("test_schema", "test_faketensor"))
+    from torch._inductor.utils import run_and_get_code
     f = torch.compile(lambda q, kv, idx, s: inductor_dsa.sparse_attention(q, kv, idx, sink=s) * 2,
-                      backend="aot_eager", fullgraph=True)
-    torch.testing.assert_close(f(q, kv, idx, s), inductor_dsa.sparse_attention(q, kv, idx, sink=s) * 2)
+                      fullgraph=True)
+    with torch._inductor.config.patch(force_disable_caches=True):
+        got, code = run_and_get_code(f, q, kv, idx, s)
+    torch.testing.assert_close(got, inductor_dsa.sparse_attention(q, kv, idx, sink=s) * 2)
+    assert "inductor_dsa.sparse_attention" in "\n".join(code)
 
 
 def _bad(**over):
