@@ -17,6 +17,12 @@ never reads outside kv. The sink joins at the end: mx_f = max(mx, sink * log2 e)
 and l rescaled by 2^(mx - mx_f), l += 2^(sink * log2 e - mx_f). A query with no valid slot
 has acc = 0 and l = 0 (no sink) or l > 0 (sink): out is 0 either way, never NaN.
 
+Gather: Triton's pipeliner does not stage a load whose address comes from another load in
+the same iteration, so with ``PREFETCH`` the loop is pipelined by hand (KV rows of tile i+1
+and indices of tile i+2 are in flight while tile i is multiplied); without it the gather
+is synchronous. D is not chunked: Q and the KV tile go through shared memory / LDS and the
+[BH, D] accumulator is split across warps by the MMA layout (no spills, see configs.py).
+
 Split-KV (``SPLITS`` > 1, for launches with too few programs to fill the GPU): program
 (query, head block, split) walks only its share of the slots and writes fp32 partials
 (acc / l, row max, l) to a workspace; ``combine_kernel`` merges the splits and adds the sink.
