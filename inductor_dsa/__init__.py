@@ -1,10 +1,12 @@
 """inductor_dsa: fused DeepSeek-V4 sparse-attention (DSA) kernels for torch.compile.
 
-Public API: ``indexer_logits``, ``indexer_topk`` (see ``inductor_dsa.indexer``), the
+Public API: ``indexer_logits``, ``indexer_topk`` (see ``inductor_dsa.indexer``),
+``sparse_attention`` (see ``inductor_dsa.attention``), the
 oracles in ``inductor_dsa.reference`` and formats in ``inductor_dsa.formats``.
 """
 from . import formats, reference
+from .attention import sparse_attention
 from .indexer import indexer_logits, indexer_topk
 
-__all__ = ["formats", "reference", "indexer_logits", "indexer_topk"]
+__all__ = ["formats", "reference", "indexer_logits", "indexer_topk", "sparse_attention"]
 __version__ = "0.1.0"

@@ -54,8 +54,7 @@ def _field(text: str, key: str) -> int:
 
 def _amd(rep: Report, kernel, num_warps: int) -> None:
     gcn = kernel.asm["amdgcn"]
-    vgpr, agpr = _field(gcn, "vgpr_count"), _field(gcn, "agpr_count")
-    rep.regs = vgpr + agpr
+    rep.regs = _field(gcn, "vgpr_count")  # gfx90a+: unified file, this count includes the AGPRs
     rep.spills = _field(gcn, "vgpr_spill_count") + _field(gcn, "sgpr_spill_count")
     rep.lds = max(_field(gcn, "group_segment_fixed_size"), kernel.metadata.shared)
     rep.matrix = "v_mfma" in gcn
@@ -95,7 +94,7 @@ def specialise(fn, signature: dict, constexprs: dict, ints: dict):
     16 (and every pointer) get ``tt.divisibility=16``, which the software pipeliner needs."""
     sig, consts, attrs = dict(signature), dict(constexprs), {}
     for name, value in ints.items():
-        if value == 1:
+        if value == 1 and name in sig:
             sig[name], consts[name] = "constexpr", 1
     for i, name in enumerate(fn.arg_names):
         if sig[name].startswith("*") or (sig[name] == "i32" and ints.get(name, 1) % 16 == 0):

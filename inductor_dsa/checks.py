@@ -126,3 +126,54 @@ def indexer(q, q_scale, k, k_scale, weights) -> dict:
         raise TypeError(f"with an MXFP4 q, k must be bf16 or quantised; got {k.dtype}")
     same_device([("q", q), ("q scales", q_scale), ("k", k), ("k scales", k_scale), ("weights", weights)])
     return dict(T=t, H=h, D=dq, K=k.shape[0], q_fmt=qf, k_fmt=kf)
+
+
+def sparse_attention(q, kv, indices, sink, scale) -> dict:
+    """Validate sparse-attention operands (shapes, dtypes, devices; no data read); returns B, M, H, D, N, topk, scale.
+
+    q [B, M, H, D] bf16/fp16/fp32, kv [B, N, D] same dtype, indices int32/int64 [B, M, topk],
+    sink None or floating [H], scale None (-> D**-0.5) or a finite real number.
+    Index VALUES are not checked here (see ``index_range``).
+    """
+    q, kv, indices = tensor(q, "q"), tensor(kv, "kv"), tensor(indices, "indices")
+    _dim(q, "q", 4, "a tensor [B, M, H, D]")
+    _dim(kv, "kv", 3, "a tensor [B, N, D]")
+    _dim(indices, "indices", 3, "a tensor [B, M, topk]")
+    if q.dtype not in FLOAT_DTYPES:
+        raise TypeError(f"q must be bf16/fp16/fp32, got {q.dtype}")
+    if kv.dtype != q.dtype:
+        raise TypeError(f"kv must have q's dtype {q.dtype}, got {kv.dtype}")
+    if indices.dtype not in (torch.int32, torch.int64):
+        raise TypeError(f"indices must be int32 or int64, got {indices.dtype}")
+    b, m, h, d = q.shape
+    head_dim(d, "q")
+    if h < 1 or h > MAX_HEADS:
+        raise ValueError(f"q: number of heads must be in [1, {MAX_HEADS}], got {h}")
+    if kv.shape[0] != b or kv.shape[2] != d:
+        raise ValueError(f"kv must have shape [B={b}, N, D={d}] to match q, got {tuple(kv.shape)}")
+    if indices.shape[:2] != (b, m) or indices.shape[2] < 1:
+        raise ValueError(f"indices must have shape [B={b}, M={m}, topk >= 1], got {tuple(indices.shape)}")
+    if sink is not None:
+        sink = tensor(sink, "sink")
+        if not sink.is_floating_point() or sink.dtype in FP8_DTYPES:
+            raise TypeError(f"sink must be a float tensor (fp32 in V4), got {sink.dtype}")
+        if tuple(sink.shape) != (h,):
+            raise ValueError(f"sink must have shape ({h},) = [H] of q, got {tuple(sink.shape)}")
+    if scale is None:
+        scale = d ** -0.5
+    elif isinstance(scale, bool) or not isinstance(scale, (int, float)):
+        raise TypeError(f"scale must be a float or None, got {type(scale).__name__}")
+    elif not (abs(scale) < float("inf")):
+        raise ValueError(f"scale must be finite, got {scale}")
+    same_device([("q", q), ("kv", kv), ("indices", indices), ("sink", sink)])
+    return dict(B=b, M=m, H=h, D=d, N=kv.shape[1], topk=indices.shape[2], scale=float(scale))
+
+
+def index_range(indices: torch.Tensor, n: int) -> None:
+    """ValueError unless every index is in [-1, n). READS the data (one reduction and a device sync)."""
+    if indices.numel() == 0:
+        return
+    lo, hi = torch.stack(torch.aminmax(indices)).tolist()
+    if lo < -1 or hi >= n:
+        raise ValueError(f"indices must lie in [-1, {n}) (N = kv.shape[1]; -1 = empty slot), "
+                         f"got values in [{lo}, {hi}]")

@@ -60,3 +60,21 @@ def indexer_topk(q: Tensor, q_scale: Optional[Tensor], k: Tensor, k_scale: Optio
 def _(q, q_scale, k, k_scale, weights, k_start, k_end, topk):
     shape = (q.shape[0], topk)
     return q.new_empty(shape, dtype=torch.float32), q.new_empty(shape, dtype=torch.int32)
+
+
+@torch.library.custom_op("inductor_dsa::sparse_attention", mutates_args=())
+def sparse_attention(q: Tensor, kv: Tensor, indices: Tensor, sink: Optional[Tensor],
+                     scale: float) -> tuple[Tensor, Tensor]:
+    """(out [B, M, H, D] q.dtype, lse fp32 [B, M, H]); index values outside [-1, N) are treated as -1 here."""
+    checks.sparse_attention(q, kv, indices, sink, scale)
+    if _use_kernels(q.device):
+        from .kernels import launch
+        return launch.sparse_attention(q, kv, indices, sink, scale)
+    ok = (indices >= 0) & (indices < kv.shape[1])
+    out, lse = reference.sparse_attention(q, kv, torch.where(ok, indices, -1), sink, scale)
+    return out.to(q.dtype), lse.float()
+
+
+@sparse_attention.register_fake
+def _(q, kv, indices, sink, scale):
+    return torch.empty_like(q, memory_format=torch.contiguous_format), q.new_empty(q.shape[:3], dtype=torch.float32)

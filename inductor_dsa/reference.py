@@ -122,3 +122,34 @@ def topk_mismatch(indices, logits64, topk, rel_tol=1e-2, abs_tol=1e-3) -> str | 
         if bad:
             return f"row {t}: columns {bad[:5]} differ from the oracle beyond tolerance {tol:.3g}"
     return None
+
+
+def sparse_attention(q, kv, indices, sink=None, scale=None):
+    """(out float64 [B, M, H, D], lse float64 [B, M, H]) of DSA sparse attention (one KV head).
+
+    kv [B, N, D] is both K and V; indices [B, M, topk] pick its rows, -1 = empty slot; each slot
+    counts on its own (a repeated index counts twice). With s_j = scale * q . kv[idx_j]
+    (scale defaults to D**-0.5) over the non-empty slots and m any finite shift::
+
+        out = sum_j exp(s_j - m) kv[idx_j] / (sum_j exp(s_j - m) + exp(sink[h] - m))
+        lse = log sum_j exp(s_j)          (natural log, sink NOT included; -inf if no slot)
+
+    A query with no non-empty slot gets out = 0 (with or without a sink). Indices outside
+    [-1, N) raise ValueError (this oracle reads them).
+    """
+    b, m, h, d = q.shape
+    n = kv.shape[1]
+    idx = indices.long()
+    if idx.numel() and (idx.min() < -1 or idx.max() >= n):
+        raise ValueError(f"indices must lie in [-1, {n}), got [{idx.min().item()}, {idx.max().item()}]")
+    scale = d ** -0.5 if scale is None else scale
+    valid = idx >= 0
+    rows = torch.gather(kv.to(torch.float64), 1,
+                        idx.clamp_min(0).reshape(b, -1, 1).expand(-1, -1, d)).reshape(b, m, -1, d)
+    s = torch.einsum("bmhd,bmkd->bmhk", q.to(torch.float64), rows) * scale
+    s = s.masked_fill(~valid.unsqueeze(2), float("-inf"))
+    lse = torch.logsumexp(s, dim=-1)
+    shift = lse if sink is None else torch.logaddexp(lse, sink.to(torch.float64).view(1, 1, h))
+    shift = torch.where(torch.isfinite(shift), shift, torch.zeros_like(shift))
+    p = torch.exp(s - shift.unsqueeze(-1))
+    return torch.einsum("bmhk,bmkd->bmhd", p, rows), lse

@@ -5,3 +5,4 @@ def aot_variants(target: str):
     """Every shipped (kernel, config) for ``target``, for ``python -m inductor_dsa.aot``."""
     from . import launch
     yield from launch.aot_variants(target)
+    yield from launch.sparse_attention_aot_variants(target)

@@ -69,3 +69,33 @@ def target_for(device: torch.device) -> str:
     if device.type == "cpu":
         return "interpreter"
     return device_target(device.index if device.index is not None else torch.cuda.current_device())
+
+
+@functools.lru_cache(maxsize=None)
+def multiprocessors(index: int) -> int:
+    return torch.cuda.get_device_properties(index).multi_processor_count
+
+
+@dataclass(frozen=True)
+class SparseAttentionConfig:
+    """Sparse attention tiles: BH heads share each gathered [BN, D] KV tile (see kernels/sparse_attention.py)."""
+    bh: int            # heads per program (fewer when H is smaller; at least 16 for the MMA)
+    bn: int            # index slots (gathered KV rows) per tile
+    num_warps: int
+    num_stages: int
+    prefetch: bool = True  # gather tile i+1 into registers during tile i's MMAs (see the kernel)
+    max_splits: int = 4  # split-KV programs per (query, head block) when the grid is too small
+    extra: dict = field(default_factory=dict)  # backend-specific knobs
+
+
+# sm90: acc [64, 512] fp32 = 128 regs/thread over 8 warps (wgmma N split across the two warpgroups);
+#   BN = 16 leaves room for the prefetched next tile in registers (BN = 32 spills; checked with ptxas).
+# gfx942: 4 waves with up to 512 VGPR+AGPR each; LDS (64 KiB) stages Q once, then KV tiles.
+# Both: 0 spills, see benchmarks/aot_sparse_attention.py. Untimed on MI300; H200 timings come from the lead.
+SPARSE_ATTENTION = {
+    "sm90": SparseAttentionConfig(bh=64, bn=16, num_warps=8, num_stages=1),
+    "gfx942": SparseAttentionConfig(bh=64, bn=32, num_warps=4, num_stages=1,
+                                    extra={"matrix_instr_nonkdim": 16, "waves_per_eu": 1}),
+    "cuda": SparseAttentionConfig(bh=64, bn=16, num_warps=8, num_stages=1),
+    "interpreter": SparseAttentionConfig(bh=32, bn=16, num_warps=4, num_stages=1),
+}

@@ -150,3 +150,92 @@ def aot_variants(target: str, head_dim: int = 128, heads: int = 64, tokens: int 
         sig = {a: ("constexpr" if a in consts else pointers.get(a, "i32")) for a in select_kernel.arg_names}
         yield (f"indexer_select[topk={n}]", select_kernel, sig, consts, dict(num_warps=sel.num_warps),
                dict(row0=0, T=tokens, K=tokens, s_ws=tokens))
+
+
+# --- sparse attention -------------------------------------------------------------------------
+from .sparse_attention import LOG2E, combine_kernel, sparse_attention_kernel  # noqa: E402
+
+
+def sparse_attention_splits(device: torch.device, cfg: configs.SparseAttentionConfig,
+                            programs: int, topk: int) -> int:
+    """Split-KV factor for a grid of ``programs`` (query, head block) pairs.
+
+    1 once the grid fills a wave of multiprocessors; else the fewest splits minimising
+    waves per unit of work, ceil(P*s/SMs)/s, keeping >= 2 tiles of BN slots per split.
+    """
+    if device.type == "cpu":
+        return 1
+    idx = device.index if device.index is not None else torch.cuda.current_device()
+    sms = configs.multiprocessors(idx)
+    if programs >= sms:
+        return 1
+    best, best_cost = 1, float(triton.cdiv(programs, sms))
+    for s in range(2, cfg.max_splits + 1):
+        if topk < 2 * s * cfg.bn:
+            break
+        cost = triton.cdiv(programs * s, sms) / s
+        if cost < best_cost - 1e-9:
+            best, best_cost = s, cost
+    return best
+
+
+def sparse_attention_heads(cfg: configs.SparseAttentionConfig, h: int) -> int:
+    """Heads per program: the config's block, shrunk to H rounded up to a power of two (>= 16)."""
+    return min(cfg.bh, max(16, triton.next_power_of_2(h)))
+
+
+def sparse_attention(q, kv, indices, sink, scale: float, splits: int | None = None):
+    """(out [B, M, H, D] q.dtype, lse fp32 [B, M, H]) on validated operands; see the kernel module."""
+    target = configs.target_for(q.device)
+    cfg = configs.SPARSE_ATTENTION[target]
+    b, m, h, d = q.shape
+    topk = indices.shape[2]
+    out = torch.empty((b, m, h, d), dtype=q.dtype, device=q.device)
+    lse = torch.empty((b, m, h), dtype=torch.float32, device=q.device)
+    if out.numel() == 0:
+        return out, lse.fill_(float("-inf"))
+    bh = sparse_attention_heads(cfg, h)
+    if target == "interpreter":
+        dot = tl.float32  # the interpreter's bf16 tl.dot is wrong (triton 3.7); fp32 of bf16 values is exact
+    else:
+        dot = _TL_DTYPES[q.dtype]
+    grid_qh = (b * m, triton.cdiv(h, bh))
+    if splits is None:
+        splits = sparse_attention_splits(q.device, cfg, grid_qh[0] * grid_qh[1], topk)
+    has_sink = sink is not None
+    sink_t = sink.to(torch.float32).contiguous() if has_sink else lse
+    ws = (torch.empty((b * m, splits, h, d + 4), dtype=torch.float32, device=q.device)
+          if splits > 1 else lse)
+    opts = dict(num_warps=cfg.num_warps, num_stages=cfg.num_stages)
+    if target == "gfx942":
+        opts.update(cfg.extra)
+    sparse_attention_kernel[grid_qh + (splits,)](
+        q, kv, indices, sink_t, out, lse, ws, m, kv.shape[1], h, topk, scale * LOG2E,
+        *q.stride(), *kv.stride(), *indices.stride(), *out.stride()[:3], *lse.stride()[:2],
+        HAS_SINK=has_sink, SPLITS=splits, DOT_DTYPE=dot, D=d, BH=bh, BN=cfg.bn, PREFETCH=cfg.prefetch, **opts)
+    if splits > 1:
+        dc = min(d, 64)
+        combine_kernel[grid_qh + (d // dc,)](ws, sink_t, out, lse, m, h, *out.stride()[:3], *lse.stride()[:2],
+                                            HAS_SINK=has_sink, SPLITS=splits, D=d, BH=bh, DC=dc, num_warps=4)
+    return out, lse
+
+
+def sparse_attention_aot_variants(target: str, b=64, m=1, h=64, d=512, n=8320, topk=1152):
+    """AOT variants of the sparse-attention kernels for a V4 decode launch (splits 1 and 2)."""
+    cfg = configs.SPARSE_ATTENTION[target]
+    bh = sparse_attention_heads(cfg, h)
+    pointers = dict(q="*bf16", kv="*bf16", idx="*i32", sink="*fp32", out="*bf16", lse="*fp32", ws="*fp32",
+                    qk_scale="fp32")
+    ints = dict(M=m, N=n, H=h, TOPK=topk, sq_b=m * h * d, sq_m=h * d, sq_h=d, sq_d=1, skv_b=n * d, skv_n=d,
+                skv_d=1, si_b=m * topk, si_m=topk, si_k=1, so_b=m * h * d, so_m=h * d, so_h=d, sl_b=m * h, sl_m=h)
+    opts = dict(num_warps=cfg.num_warps, num_stages=cfg.num_stages)
+    if target == "gfx942":
+        opts.update(cfg.extra)
+    for splits in (1, 2):
+        consts = dict(HAS_SINK=True, SPLITS=splits, DOT_DTYPE=tl.bfloat16, D=d, BH=bh, BN=cfg.bn,
+                      PREFETCH=cfg.prefetch)
+        sig = {a: ("constexpr" if a in consts else pointers.get(a, "i32")) for a in sparse_attention_kernel.arg_names}
+        yield f"sparse_attention[splits={splits}] D={d} H={h}", sparse_attention_kernel, sig, consts, opts, ints
+    consts = dict(HAS_SINK=True, SPLITS=2, D=d, BH=bh, DC=min(d, 64))
+    sig = {a: ("constexpr" if a in consts else pointers.get(a, "i32")) for a in combine_kernel.arg_names}
+    yield f"sparse_attention_merge[splits=2] D={d} H={h}", combine_kernel, sig, consts, dict(num_warps=4), ints
