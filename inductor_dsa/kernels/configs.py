@@ -41,6 +41,7 @@ class SelectConfig:
     num_warps: int
     ch: int           # elements per chunk in the radix-select passes
     min_rows: int     # a workspace chunk holds at least this many rows (fills the GPU)
+    bits: int = 8     # radix digit width: 32/bits histogram passes of 2**bits bins
 
 
 SELECT = {

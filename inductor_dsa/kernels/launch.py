@@ -106,7 +106,7 @@ def indexer_topk(q, q_scale, k, k_scale, weights, k_start, k_end, topk: int):
             _logits_into(ws, row0, rows, t, q, q_scale, k, k_scale, weights, k_start, k_end, target, False)
         select_kernel[(min(rows, t - row0),)](
             ws, k_start, k_end, out_v, out_i, row0, t, n, ws.stride(0),
-            TOPK=topk, TOPK_P2=triton.next_power_of_2(topk), CH=sel.ch, num_warps=sel.num_warps)
+            TOPK=topk, TOPK_P2=triton.next_power_of_2(topk), CH=sel.ch, BITS=sel.bits, num_warps=sel.num_warps)
     return out_v, out_i
 
 
@@ -145,7 +145,7 @@ def aot_variants(target: str, head_dim: int = 128, heads: int = 64, tokens: int 
                _launch_opts(cfg, target), _v4_strides(fmt, tokens, tokens, heads, head_dim))
     sel = configs.SELECT[target]
     for n in (512, 1024, 2048):
-        consts = dict(TOPK=n, TOPK_P2=triton.next_power_of_2(n), CH=sel.ch)
+        consts = dict(TOPK=n, TOPK_P2=triton.next_power_of_2(n), CH=sel.ch, BITS=sel.bits)
         pointers = dict(ws="*fp32", k_start="*i32", k_end="*i32", out_v="*fp32", out_i="*i32")
         sig = {a: ("constexpr" if a in consts else pointers.get(a, "i32")) for a in select_kernel.arg_names}
         yield (f"indexer_select[topk={n}]", select_kernel, sig, consts, dict(num_warps=sel.num_warps),
