@@ -14,18 +14,18 @@ from __future__ import annotations
 
 import contextlib
 import functools
-from dataclasses import dataclass
 import hashlib
 import operator
 import os
+from dataclasses import dataclass
 from typing import Optional
 
 import torch
 import torch.fx as fx
 from torch._inductor.custom_graph_pass import CustomGraphPass
 
-from ..patterns.algebra import Reject
-from ..patterns.indexer import IndexerForm, read_logits
+from ..patterns.algebra import Reject, as_expr
+from ..patterns.indexer import IndexerForm, read_logits, render
 from ..patterns.interp import HANDLERS, Interpreter, packet
 from . import report
 from .replace import Replacement, TopkSpec
@@ -207,7 +207,8 @@ def _plan_topk(graph, node) -> Optional[Plan]:
     if len(x.users) > 1:
         extra += ", logits also used elsewhere (they stay computed there too)"
     swap = report.Swap(PATTERN_TOPK, "torch.ops.inductor_dsa.indexer_topk", _stack(node),
-                       _describe(form, interp.A, extra))
+                       _describe(form, interp.A, extra),
+                       render(form, interp.A, PATTERN_TOPK, (as_expr(kval), used)))
     return Plan(node, gm, repl.args(), swap)
 
 
@@ -220,7 +221,7 @@ def _plan_logits(graph, node) -> Plan:
     repl = Replacement(form, interp.A, None, graph)
     gm = _trace(repl, repl.args())
     swap = report.Swap(PATTERN_LOGITS, "torch.ops.inductor_dsa.indexer_logits", _stack(node),
-                       _describe(form, interp.A))
+                       _describe(form, interp.A), render(form, interp.A, PATTERN_LOGITS))
     return Plan(node, gm, repl.args(), swap)
 
 

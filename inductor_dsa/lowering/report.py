@@ -23,6 +23,7 @@ class Swap:
     op: str             # e.g. "torch.ops.inductor_dsa.indexer_topk"
     source: str         # the user's line, from node.meta["stack_trace"]
     detail: str = ""    # shapes, mask ranges, batch handling
+    region: str = ""    # the rewritten region, normalised (see patterns.indexer.render)
 
     def __str__(self):
         s = f"swapped {self.pattern} -> {self.op} at {self.source}"

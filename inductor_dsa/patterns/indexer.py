@@ -313,3 +313,60 @@ def _attach_mask(I, form: IndexerForm, conds, fills, additive):
     form.fill = fills[0]
     form.additive = additive > 0
     form.mask_leaves = leaves
+
+
+def render(form: IndexerForm, A, op: str, topk=None) -> str:
+    """The rewritten region as normalised text: index roles, operand layouts, ranges.
+
+    Independent of node names and of Inductor's code generation, so it reads the same on
+    every supported torch; size symbols are renamed S0, S1, ... in order of appearance.
+    """
+    names = {}
+    for prefix, atoms in (("b", form.batch), ("r", [a for a in form.rows if a not in form.batch]),
+                          ("h", form.heads), ("d", form.contract), ("j", form.keys)):
+        for i, a in enumerate(atoms):
+            names[A.find(a)] = f"{prefix}{i}"
+    size_syms: dict = {}
+
+    def expr(e) -> str:
+        e = A.resolve(sympy.sympify(e))
+        subs = {}
+        for s in sorted(e.free_symbols, key=lambda s: s.name):
+            if s.name.startswith("_i"):
+                subs[s] = sympy.Symbol(names.get(A.find(int(s.name[2:])), "_"))
+            else:
+                subs[s] = size_syms.setdefault(s, sympy.Symbol(f"S{len(size_syms)}"))
+        out = e.xreplace(subs)
+        for i, f in enumerate(sorted({f.func for f in out.atoms(sympy.core.function.AppliedUndef)},
+                                     key=lambda f: f.__name__)):
+            out = out.replace(f, sympy.Function(f"tensor{i}"))
+        return str(out)
+
+    def dims(ds) -> str:
+        return "[" + ", ".join("*".join(names.get(A.find(a), "_") for a in d) or "1" for d in ds) + "]"
+
+    def atoms(xs) -> str:
+        return "(" + ", ".join(f"{names[A.find(a)]}={expr(A.size(a))}" for a in xs) + ")"
+
+    dt = lambda t: str(t).replace("torch.", "")  # noqa: E731
+    lines = [f"{op}  rows {atoms(form.rows)} heads {atoms(form.heads)} "
+             f"head_dim {atoms(form.contract)} keys {atoms(form.keys)}",
+             f"  q       {dims(form.q.dims)} {dt(form.q.dtype)} -> [rows, heads, head_dim]",
+             f"  k       {dims(form.k.dims)} {dt(form.k.dtype)} -> "
+             + ("[batch*keys, head_dim], ranges offset by batch*keys" if form.batch else "[keys, head_dim]"),
+             "  weights " + (" * ".join(dims(w.dims) for w in form.weights) or "1")
+             + (f" * {form.scale:.6g}" if form.scale != 1.0 else "") + " -> [rows, heads]"]
+    if form.ranges is None:
+        lines.append("  ranges  all keys")
+    else:
+        end = "keys" if form.ranges.k_end is None else expr(form.ranges.k_end)
+        lines.append(f"  ranges  {expr(form.ranges.k_start)} <= j0 < {end}"
+                     + (f" if {expr(form.ranges.row_cond)}" if form.ranges.row_cond is not None else ""))
+        lines.append(f"  fill    {form.fill:g} ({'added' if form.additive else 'selected'})")
+    out = [("k" if i == form.key_dim and topk is not None else
+            "*".join(names.get(A.find(a), "_") for a in d) or "1") for i, d in enumerate(form.out_dims)]
+    lines.append(f"  out     [{', '.join(out)}] {dt(form.out_dtype)}")
+    if topk is not None:
+        k, outputs = topk
+        lines.append(f"  top-k   k={expr(k)} -> {outputs}; empty slots get masked columns")
+    return "\n".join(lines)
