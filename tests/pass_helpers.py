@@ -170,3 +170,33 @@ def check_logits(out, ref64, eager=None, rel_tol=1e-2):
 
 def first_tensor_outputs(out):
     return list(out) if isinstance(out, (tuple, list)) else [out]
+
+
+def case_args(case, dtype, seed=0):
+    made = case.make(dtype, seed)
+    if isinstance(made[0], torch.nn.Module):  # (module, inputs): the snippet calls the module
+        return (made[0], made[1])
+    return made
+
+
+def check_case(case, dtype, args, out, eager):
+    """Check a compiled corpus result against the fp64 oracle and eager's dtypes/shapes."""
+    ref, captured = oracle(case.fn, args)
+    tol = 3e-2 if dtype == torch.bfloat16 else 1e-3
+    if case.kind == "logits":
+        assert out.dtype == eager.dtype and out.shape == eager.shape
+        check_logits(out, ref, eager, rel_tol=tol)
+        return
+    (logits64,) = captured
+    if case.outputs == "both":
+        (vals, idx), (evals, eidx) = out, eager
+        assert vals.dtype == evals.dtype and idx.dtype == eidx.dtype == torch.int64
+        assert vals.shape == evals.shape and idx.shape == eidx.shape
+        check_topk(idx, logits64, idx.shape[-1], values=vals, rel_tol=tol)
+        return
+    assert out.dtype == eager.dtype and out.shape == eager.shape
+    if case.outputs == "indices":
+        check_topk(out, logits64, out.shape[-1], post=case.post, rel_tol=tol)
+    else:  # values only: compare with the oracle's sorted top-k values
+        want = torch.topk(masked_to_inf(logits64), out.shape[-1], dim=-1).values
+        torch.testing.assert_close(out.double(), want, rtol=tol, atol=1e-3)

@@ -94,15 +94,16 @@ def _is_relu(node) -> bool:
 
 
 def _upstream_has_product(node, limit=_SEARCH) -> bool:
+    """Breadth-first: is there a bmm/mm among the nearest ``limit`` tensor ancestors?"""
     seen, todo = set(), [node]
     while todo and len(seen) < limit:
-        x = todo.pop()
+        x = todo.pop(0)
         if x in seen:
             continue
         seen.add(x)
         if _is(x, *_CONTRACTIONS):
             return True
-        todo += x.all_input_nodes
+        todo += [i for i in x.all_input_nodes if isinstance(i.meta.get("val"), torch.Tensor)]
     return False
 
 
@@ -200,6 +201,7 @@ def _plan_topk(graph, node) -> Optional[Plan]:
     tv = interp.ev(x)
     form = read_logits(tv, interp, key_dim=dim % len(tv.dims))
     repl = Replacement(form, interp.A, TopkSpec(k, 0 in uses, 1 in uses), graph)
+    repl.specialize()
     gm = _trace(repl, repl.args())
     kval = k.meta.get("val") if isinstance(k, fx.Node) else k
     used = " and ".join(w for i, w in ((0, "values"), (1, "indices")) if i in uses)
@@ -219,6 +221,7 @@ def _plan_logits(graph, node) -> Plan:
         raise Reject("not a floating-point tensor")
     form = read_logits(tv, interp, key_dim=None)
     repl = Replacement(form, interp.A, None, graph)
+    repl.specialize()
     gm = _trace(repl, repl.args())
     swap = report.Swap(PATTERN_LOGITS, "torch.ops.inductor_dsa.indexer_logits", _stack(node),
                        _describe(form, interp.A), render(form, interp.A, PATTERN_LOGITS))

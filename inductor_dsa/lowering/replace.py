@@ -53,10 +53,17 @@ def _min(a, b):
 class Emit:
     """Evaluates integer sympy expressions with Python/torch ops while being traced."""
 
-    def __init__(self, sizes: dict, atoms: dict, funcs: dict):
-        self.sizes, self.atoms, self.funcs = sizes, atoms, funcs
+    def __init__(self, sizes: dict, atoms: dict, funcs: dict, norm=None):
+        self.sizes, self.atoms, self.funcs, self.norm = sizes, atoms, funcs, norm
 
     def __call__(self, e):
+        if self.norm is not None:  # the ShapeEnv's replacements, once, at the top
+            e, norm = self.norm(e), self.norm
+            self.norm = None
+            try:
+                return self(e)
+            finally:
+                self.norm = norm
         if e.is_Integer:
             return int(e)
         if isinstance(e, sympy.Symbol):
@@ -150,6 +157,19 @@ class Replacement:
         for t in self.tensors:
             if len(set(a for d in t.dims for a in d)) != sum(len(d) for d in t.dims):
                 raise Reject(f"{t.node.name} repeats an index (a diagonal), not supported")
+        self.n_batch = None
+        if topk is None and f.batch:  # logits with a per-batch k: one op call per batch
+            nb = sympy.Mul(*[atoms.size(a) for a in f.batch])
+            self.n_batch = atoms.shapes.hint(nb)
+            if self.n_batch is None or self.n_batch > 64:
+                raise Reject(f"per-batch k over {nb} batches: logits need a small static batch")
+            if not nb.is_Integer:
+                f.static.append(nb)
+
+    def specialize(self):
+        """Install the guards the replacement relies on (call once every check has passed)."""
+        for e in self.f.static:
+            self.A.shapes.specialize(e)
 
     def args(self):
         return [t.node for t in self.tensors] + self.sym_nodes
@@ -170,10 +190,13 @@ class Replacement:
 
         def size(a):
             if a not in size_cache:
-                size_cache[a] = Emit(env, {}, {})(A.size(a))
+                size_cache[a] = Emit(env, {}, {}, A.shapes.simplify)(A.size(a))
             return size_cache[a]
 
         self._size = size
+        self._k = self.topk.k if self.topk is not None else None
+        if isinstance(self._k, fx.Node):
+            self._k = syms[self.sym_nodes.index(self._k)]
         q, k = tens[0], tens[1]
         nw = len(f.weights)
         wts, leaves = tens[2:2 + nw], tens[2 + nw:]
@@ -205,7 +228,7 @@ class Replacement:
         funcs = {}
         for (fn, _node, dims), t in zip(f.mask_leaves, leaves):
             funcs[fn] = arrange(t, A.flat_dims(dims), [[a] for a in rows], size).to(torch.int64)
-        emit = Emit(env, idx, funcs)
+        emit = Emit(env, idx, funcs, A.shapes.simplify)
 
         def on_rows(e):
             v = emit(e)
@@ -236,7 +259,7 @@ class Replacement:
         f = self.f
         op = torch.ops.inductor_dsa.indexer_logits
         if batch:
-            NB = _prod(self._size_static(a) for a in batch)
+            NB = self.n_batch
             q4, w4 = q3.reshape(NB, -1, H, D), w2.reshape(NB, -1, H)
             ks4, ke4 = ks.reshape(NB, -1), ke.reshape(NB, -1)
             parts = [op(q4[b], None, k3[b], None, w4[b], ks4[b].to(torch.int32), ke4[b].to(torch.int32))
@@ -251,17 +274,11 @@ class Replacement:
         out = out.to(f.out_dtype)
         return self._unarrange(out, f.keys)
 
-    def _size_static(self, a):
-        s = self.A.size(a)
-        if not s.is_Integer:
-            raise Reject("per-batch k with a symbolic batch size: logits need a static batch")
-        return int(s)
-
     # -- top-k --------------------------------------------------------------------------------
     def _topk(self, q3, k3, w2, ks, ke, T, K, D, batch, boff):
         f, spec = self.f, self.topk
         op = torch.ops.inductor_dsa.indexer_topk
-        kk = spec.k
+        kk = self._k
         if batch:
             kflat = k3.reshape(-1, D)
             vals, ids = op(q3, None, kflat, None, w2, (ks + boff).to(torch.int32), (ke + boff).to(torch.int32), kk)

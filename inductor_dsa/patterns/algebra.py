@@ -57,6 +57,43 @@ class Shapes:
     def is_one(self, a) -> bool:
         return self.eq(a, 1)
 
+    def hint(self, a) -> Optional[int]:
+        """The value a size has in the example inputs (None if unknown)."""
+        a = as_expr(a)
+        if a.is_Integer:
+            return int(a)
+        if self.shape_env is None:
+            return None
+        # torch >= 2.13 names it guarding_hint_or_throw (size_hint warns there); 2.11 has size_hint
+        fn = getattr(self.shape_env, "guarding_hint_or_throw", None) or self.shape_env.size_hint
+        try:
+            return int(fn(a))
+        except Exception:  # noqa: BLE001 - unbacked or otherwise unknown
+            return None
+
+    def simplify(self, a) -> sympy.Expr:
+        """``a`` with the ShapeEnv's replacements applied (e.g. a specialised s1 -> 4)."""
+        a = as_expr(a)
+        if self.shape_env is None or a.is_Integer:
+            return a
+        try:
+            return self.shape_env.replace(a)
+        except Exception:  # noqa: BLE001
+            return a
+
+    def specialize(self, a) -> int:
+        """Guard ``a == hint`` (a recompile if it changes) and return the hint."""
+        a = as_expr(a)
+        h = self.hint(a)
+        if h is None:
+            raise Reject(f"size {a} has no known value to specialise on")
+        if not a.is_Integer:
+            try:
+                self.shape_env.evaluate_expr(sympy.Eq(a, h))
+            except Exception as e:  # noqa: BLE001
+                raise Reject(f"cannot specialise {a} to {h}: {e}") from None
+        return h
+
     def quotient(self, a, b) -> Optional[sympy.Expr]:
         """a / b when it is provably an integer other than 1, else None."""
         a, b = as_expr(a), as_expr(b)

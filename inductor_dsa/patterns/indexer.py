@@ -55,7 +55,7 @@ class IndexerForm:
     ranges: Optional[RowRange] = None
     mask_leaves: tuple = ()               # (sympy function, node, dims) used by the ranges
     additive: bool = False
-    notes: list = field(default_factory=list)
+    static: list = field(default_factory=list)  # sizes to specialise (guard) before the swap
 
 
 def peel(v: Value) -> Value:
@@ -181,7 +181,7 @@ def read_logits(tv: TV, I: Interpreter, key_dim: Optional[int] = None) -> Indexe
         raise Reject("relu is not applied to a q.k product")
     c_pre, other = _split_consts([f for f in pre if f is not dots[0]], "relu")
     if other:
-        raise Reject("the relu input is scaled by a tensor (weights applied before relu?)")
+        raise Reject("the relu input is scaled by a tensor of unknown sign (weights applied before relu?)")
     if not c_pre > 0:
         raise Reject(f"the relu input is scaled by {c_pre} <= 0")
     dot = peel(dots[0])
@@ -259,16 +259,20 @@ def _assign(I, qv, kv, wterms, C, H, out_dims, key_dim) -> IndexerForm:
     qt, kt = _term(qv, I), _term(kv, I)
     if qt.dtype not in FLOAT_DTYPES or kt.dtype != qt.dtype:
         raise Reject(f"q/k dtypes {qt.dtype}/{kt.dtype} are not one of bf16/fp16/fp32 (shared)")
+    # head_dim and heads are compile-time constants of the kernels: symbolic ones (dynamic=True)
+    # are specialised to their example values once the whole match is proven.
     D = sympy.Mul(*[A.size(a) for a in C])
     Hn = sympy.Mul(*[A.size(a) for a in H])
-    if not (D.is_Integer and Hn.is_Integer):
-        raise Reject(f"head_dim {D} and heads {Hn} must be static")
+    d_val, h_val = A.shapes.hint(D), A.shapes.hint(Hn)
+    if d_val is None or h_val is None:
+        raise Reject(f"head_dim {D} and heads {Hn} have no known value")
     try:
-        checks.head_dim(int(D), "q")
+        checks.head_dim(d_val, "q")
     except ValueError as e:
         raise Reject(str(e)) from None
-    if not 1 <= int(Hn) <= checks.MAX_HEADS:
-        raise Reject(f"{Hn} heads is outside [1, {checks.MAX_HEADS}]")
+    if not 1 <= h_val <= checks.MAX_HEADS:
+        raise Reject(f"{h_val} heads is outside [1, {checks.MAX_HEADS}]")
+    static = [e for e in (D, Hn) if not e.is_Integer]
     wts = []
     for w in wterms:
         t = _term(w, I)
@@ -278,7 +282,7 @@ def _assign(I, qv, kv, wterms, C, H, out_dims, key_dim) -> IndexerForm:
     order = sorted
     return IndexerForm(q=qt, k=kt, weights=wts, scale=1.0, rows=rows, batch=batch,
                        heads=tuple(order(H)), contract=tuple(order(C)), keys=J,
-                       out_dims=out_dims, key_dim=key_dim, out_dtype=None)
+                       out_dims=out_dims, key_dim=key_dim, out_dtype=None, static=static)
 
 
 def _attach_mask(I, form: IndexerForm, conds, fills, additive):

@@ -275,6 +275,20 @@ def _repeat(I, node, depth):
     return TV(x.value, tuple(dims), x.dtype)
 
 
+@handles(aten.slice, shape=True)
+def _slice(I, node, depth):
+    """A slice that keeps the whole dim (``x[:, None]`` under dynamic shapes) is a no-op."""
+    x = I.ev(node.args[0], depth)
+    n = len(x.dims)
+    dim = _norm_dim(_arg(node, 1, "dim", 0), n)
+    start, step = _arg(node, 2, "start", None), _arg(node, 4, "step", 1)
+    size_in = node.args[0].meta["val"].shape[dim]
+    size_out = node.meta["val"].shape[dim]
+    if start in (0, None) and step == 1 and I.A.shapes.eq(as_expr(size_in), as_expr(size_out)):
+        return TV(x.value, x.dims, x.dtype)
+    return None
+
+
 @handles(aten.clone, aten.alias, aten.contiguous, aten.lift_fresh_copy, aten.detach, shape=True)
 def _same(I, node, depth):
     x = I.ev(node.args[0], depth)
