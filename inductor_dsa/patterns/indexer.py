@@ -331,6 +331,7 @@ def render(form: IndexerForm, A, op: str, topk=None) -> str:
         for i, a in enumerate(atoms):
             names[A.find(a)] = f"{prefix}{i}"
     size_syms: dict = {}
+    tensors: dict = {}  # integer tensors the ranges read, in order of appearance
 
     def expr(e) -> str:
         e = A.resolve(sympy.sympify(e))
@@ -341,9 +342,8 @@ def render(form: IndexerForm, A, op: str, topk=None) -> str:
             else:
                 subs[s] = size_syms.setdefault(s, sympy.Symbol(f"S{len(size_syms)}"))
         out = e.xreplace(subs)
-        for i, f in enumerate(sorted({f.func for f in out.atoms(sympy.core.function.AppliedUndef)},
-                                     key=lambda f: f.__name__)):
-            out = out.replace(f, sympy.Function(f"tensor{i}"))
+        for f in sorted({f.func for f in out.atoms(sympy.core.function.AppliedUndef)}, key=str):
+            out = out.replace(f, tensors.setdefault(f, sympy.Function(f"tensor{len(tensors)}")))
         return str(out)
 
     def dims(ds) -> str:
@@ -363,8 +363,9 @@ def render(form: IndexerForm, A, op: str, topk=None) -> str:
     if form.ranges is None:
         lines.append("  ranges  all keys")
     else:
+        start = expr(form.ranges.k_start)
         end = "keys" if form.ranges.k_end is None else expr(form.ranges.k_end)
-        lines.append(f"  ranges  {expr(form.ranges.k_start)} <= j0 < {end}"
+        lines.append(f"  ranges  {start} <= j0 < {end}"
                      + (f" if {expr(form.ranges.row_cond)}" if form.ranges.row_cond is not None else ""))
         lines.append(f"  fill    {form.fill:g} ({'added' if form.additive else 'selected'})")
     out = [("k" if i == form.key_dim and topk is not None else
