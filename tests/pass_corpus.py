@@ -219,6 +219,37 @@ def where_finfo_ratio(q, k, w, ratio=4):
     return s.topk(3, dim=-1)
 
 
+def official_upcast(q, kv, weights, ratio=4, index_topk=6):
+    """bf16 tensors upcast inside the 4-D einsum; where(mask, -inf, scores) spelling."""
+    seqlen = q.size(1)
+    score = torch.einsum("bshd,btd->bsht", q.float(), kv.float())
+    score = (score.relu() * weights.float().unsqueeze(-1)).sum(dim=2)
+    mask = torch.arange(seqlen // ratio).repeat(seqlen, 1) >= torch.arange(1, seqlen + 1).unsqueeze(1) // ratio
+    score = torch.where(mask, float("-inf"), score)
+    return score.topk(min(index_topk, seqlen // ratio), dim=-1)
+
+
+def matmul_4d_broadcast(q, kv, weights):
+    """matmul broadcasting k over the sequence dim, clamp(min=0), masked_fill with finfo.min."""
+    s = torch.matmul(q, kv.unsqueeze(1).transpose(-1, -2))  # [B, S, H, D] @ [B, 1, D, T]
+    s = (s.clamp(min=0) * weights[:, :, :, None]).sum(2)
+    seqlen, n = q.shape[1], kv.shape[1]
+    hidden = torch.arange(n)[None, :] > torch.arange(seqlen)[:, None] // 4
+    return s.masked_fill(hidden, torch.finfo(s.dtype).min).topk(3, dim=-1).indices
+
+
+def padded_rows(q, k, w, valid=17):
+    """Causal, and rows past the valid length see nothing (a row-only condition)."""
+    s = (_s3(q, k).relu() * w.unsqueeze(-1)).sum(1)
+    t = torch.arange(q.shape[0]).unsqueeze(1)
+    j = torch.arange(k.shape[0]).unsqueeze(0)
+    return s.masked_fill(~((j <= t) & (t < valid)), float("-inf")).topk(4)
+
+
+def _s3(q, k):
+    return torch.einsum("thd,kd->thk", q, k)
+
+
 CASES = [
     Case("toy_module_official_b1", toy_call, make_toy(1), {"indexer_topk": 1}, post=True,
          dtypes=(torch.float32, torch.bfloat16), notes="nn.Module, projections, kv cache buffer"),
@@ -245,6 +276,10 @@ CASES = [
     Case("single_query", single_query, lambda dt, s: _qkw(dt, s, t=1), {"indexer_topk": 1}, outputs="both"),
     Case("where_finfo_ratio", where_finfo_ratio, _qkw, {"indexer_topk": 1}, outputs="both",
          dtypes=(torch.float32, torch.bfloat16)),
+    Case("official_upcast_where", official_upcast, make_official(1), {"indexer_topk": 1}, outputs="both",
+         dtypes=(torch.bfloat16,)),
+    Case("matmul_4d_broadcast", matmul_4d_broadcast, make_official(2), {"indexer_topk": 1}),
+    Case("padded_rows_row_condition", padded_rows, _qkw, {"indexer_topk": 1}, outputs="both"),
 ]
 
 
@@ -353,6 +388,10 @@ def _with_mask(dt, s):
     return q, k, w, torch.rand(T, K, generator=torch.Generator().manual_seed(s)) > 0.5
 
 
+def nm_head_dim_24(q, k, w):
+    return (_s(q, k).relu() * w.unsqueeze(-1)).sum(1).topk(4)  # the kernels need 2^n head_dim
+
+
 NEAR_MISSES = [
     Case("weights_before_relu", nm_weights_before_relu, _qkw, {}, reject="before relu"),
     Case("abs_instead_of_relu", nm_abs, _qkw, {}, reject="no relu"),
@@ -373,5 +412,6 @@ NEAR_MISSES = [
     Case("topk_over_rows", nm_topk_over_rows, _qkw, {}),
     Case("opaque_mask_tensor", nm_opaque_mask, _with_mask, {}, reject="opaque"),
     Case("two_masks_different_fills", nm_different_fills, _qkw, {}, reject="different fill"),
+    Case("unsupported_head_dim_24", nm_head_dim_24, lambda dt, s: _qkw(dt, s, d=24), {}, reject="power of two"),
 ]
 

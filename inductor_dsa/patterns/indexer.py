@@ -232,6 +232,8 @@ def _assign(I, qv, kv, wterms, C, H, out_dims, key_dim) -> IndexerForm:
         raise Reject("the key dim has size 1")
     Jset = frozenset(J)
     every = frozenset(a for d in out_dims for a in d)
+    if len(every) != sum(len(d) for d in out_dims):
+        raise Reject("the output repeats an index (a diagonal)")
     R = every - Jset
     if not C:
         raise Reject("q.k contracts no index")
