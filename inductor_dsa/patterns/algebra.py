@@ -112,6 +112,15 @@ class Atoms:
         self._parent: list[int] = []
         self._parts: dict[int, tuple[int, ...]] = {}
 
+    def snapshot(self):
+        return len(self._size), list(self._parent), dict(self._parts)
+
+    def restore(self, snap) -> None:
+        """Undo every union, split and new atom since ``snapshot()``."""
+        n, parent, parts = snap
+        del self._size[n:]
+        self._parent, self._parts = parent, parts
+
     def new(self, size) -> int:
         self._size.append(as_expr(size))
         self._parent.append(len(self._parent))

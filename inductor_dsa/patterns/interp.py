@@ -97,11 +97,18 @@ class Interpreter:
         if handler is not None:
             step = 0 if p in SHAPE_OPS else 1
             if depth + step <= self.max_depth:
+                # A handler that gives up must leave no trace: unions it made between its
+                # operands' indices are not facts about any value that survives.
+                snap, n_memo = self.A.snapshot(), len(self.memo)
                 try:
                     tv = handler(self, arg, depth + step)
                 except Reject as e:
                     self.notes.append(f"{arg.name}: {e}")
                     tv = None
+                if tv is None:
+                    self.A.restore(snap)
+                    for key in list(self.memo)[n_memo:]:
+                        del self.memo[key]
         if tv is None:
             tv = self.leaf(arg)
         if len(tv.dims) != val.dim():
