@@ -25,7 +25,7 @@ import torch.fx as fx
 from torch._inductor.custom_graph_pass import CustomGraphPass
 
 from ..patterns.algebra import Reject, as_expr
-from ..patterns.indexer import IndexerForm, read_logits, render
+from ..patterns.indexer import read_logits, render
 from ..patterns.interp import HANDLERS, Interpreter, packet
 from . import report
 from .replace import Replacement, TopkSpec
@@ -164,17 +164,6 @@ def _splice(graph: fx.Graph, anchor: fx.Node, gm: fx.GraphModule, args):
     return outs
 
 
-def _describe(form: IndexerForm, A, extra="") -> str:
-    sz = lambda atoms: " x ".join(str(A.size(a)) for a in atoms) or "1"  # noqa: E731
-    s = (f"rows [{sz(form.rows)}] heads [{sz(form.heads)}] head_dim [{sz(form.contract)}] "
-         f"keys [{sz(form.keys)}] q {str(form.q.dtype).replace('torch.', '')}")
-    if form.batch:
-        s += f", per-batch k over [{sz(form.batch)}]"
-    if form.ranges is not None:
-        s += f", mask fill {form.fill} ({'additive' if form.additive else 'where'})"
-    return s + extra
-
-
 # ---- matching -----------------------------------------------------------------------------------
 @dataclass
 class Plan:
@@ -208,12 +197,9 @@ def _plan_topk(graph, node) -> Optional[Plan]:
     gm = _trace(repl, repl.args())
     kval = k.meta.get("val") if isinstance(k, fx.Node) else k
     used = " and ".join(w for i, w in ((0, "values"), (1, "indices")) if i in uses)
-    extra = f", top-k k={kval} ({used})"
-    if len(x.users) > 1:
-        extra += ", logits also used elsewhere (they stay computed there too)"
+    note = "the logits are also used elsewhere: they stay computed there" if len(x.users) > 1 else ""
     swap = report.Swap(PATTERN_TOPK, "torch.ops.inductor_dsa.indexer_topk", _stack(node),
-                       _describe(form, interp.A, extra),
-                       render(form, interp.A, PATTERN_TOPK, (as_expr(kval), used)))
+                       render(form, interp.A, PATTERN_TOPK, (as_expr(kval), used)), note)
     return Plan(node, gm, repl.args(), swap)
 
 
@@ -227,7 +213,7 @@ def _plan_logits(graph, node) -> Plan:
     repl.specialize()
     gm = _trace(repl, repl.args())
     swap = report.Swap(PATTERN_LOGITS, "torch.ops.inductor_dsa.indexer_logits", _stack(node),
-                       _describe(form, interp.A), render(form, interp.A, PATTERN_LOGITS))
+                       render(form, interp.A, PATTERN_LOGITS))
     return Plan(node, gm, repl.args(), swap)
 
 

@@ -183,7 +183,7 @@ class Replacement:
             for s in t.shape:
                 if isinstance(s, torch.SymInt) and isinstance(s.node.expr, sympy.Symbol):
                     env.setdefault(s.node.expr, s)
-        for s, n in zip(syms, self.sym_nodes):
+        for s in syms:
             if isinstance(s, torch.SymInt) and isinstance(s.node.expr, sympy.Symbol):
                 env.setdefault(s.node.expr, s)
         size_cache = {}
@@ -249,7 +249,6 @@ class Replacement:
                 ke = torch.where(on_rows_bool(emit, f.ranges.row_cond, grid, T, dev), ke, ks)
         if batch:
             boff = on_rows(sum(A.linear(a) * _sym_stride(A, batch, i) for i, a in enumerate(batch))) * K
-        q3 = q3.to(f.q.dtype) if q3.dtype != f.q.dtype else q3
         if self.topk is None:
             return self._logits(q3, k3, w2, ks, ke, T, K, H, D, batch)
         return self._topk(q3, k3, w2, ks, ke, T, K, D, batch, boff if batch else None)
@@ -287,7 +286,6 @@ class Replacement:
         ids = ids.to(torch.int64)
         if batch:
             ids = ids - boff.unsqueeze(1)
-        outs = []
         if f.ranges is not None:
             # Rows with fewer visible columns than k: eager top-k returns masked columns
             # (value = the fill) there. Return distinct masked columns, in increasing order.
@@ -326,8 +324,8 @@ class Replacement:
         return y.reshape(out_shape)
 
 
-def on_rows_bool(emit, cond, grid, T, dev):
-    e = emit
+def on_rows_bool(e, cond, grid, T, dev):
+    """A row-only sympy condition as a bool tensor [T] (rows on ``grid``)."""
     if isinstance(cond, sympy.And):
         out = None
         for c in cond.args:

@@ -22,12 +22,14 @@ class Swap:
     pattern: str        # e.g. "indexer_topk"
     op: str             # e.g. "torch.ops.inductor_dsa.indexer_topk"
     source: str         # the user's line, from node.meta["stack_trace"]
-    detail: str = ""    # shapes, mask ranges, batch handling
     region: str = ""    # the rewritten region, normalised (see patterns.indexer.render)
+    note: str = ""
 
     def __str__(self):
         s = f"swapped {self.pattern} -> {self.op} at {self.source}"
-        return s + (f"\n    {self.detail}" if self.detail else "")
+        if self.region:
+            s += "\n    " + self.region.replace("\n", "\n    ")
+        return s + (f"\n    note: {self.note}" if self.note else "")
 
 
 @dataclass
