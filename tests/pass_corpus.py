@@ -246,6 +246,28 @@ def padded_rows(q, k, w, valid=17):
     return s.masked_fill(~((j <= t) & (t < valid)), float("-inf")).topk(4)
 
 
+def tril_keep_bool(q, k, w):
+    """HF-style: keep = ones(bool).tril(); masked_fill(~keep, -inf)."""
+    s = (_s3(q, k).relu() * w.unsqueeze(-1)).sum(1)
+    keep = torch.ones(q.shape[0], k.shape[0], dtype=torch.bool).tril()
+    return s.masked_fill(~keep, float("-inf")).topk(4)
+
+
+def tril_float_eq0(q, k, w):
+    """A float 0/1 causal matrix compared with 0."""
+    s = (_s3(q, k).relu() * w.unsqueeze(-1)).sum(1)
+    keep = torch.tril(torch.ones(q.shape[0], k.shape[0]), diagonal=2)
+    return s.masked_fill(keep == 0, float("-inf")).topk(4)
+
+
+def tril_inverted(q, k, w):
+    """Hides the lower triangle: the visible keys are t+1 <= j < K (a range starting late)."""
+    s = (_s3(q, k).relu() * w.unsqueeze(-1)).sum(1)
+    keep = torch.tril(torch.ones(q.shape[0], k.shape[0]))
+    hide = torch.where(keep == 0, 0.0, 1.0)
+    return s.masked_fill(hide == 1, float("-inf")).topk(2, dim=-1)
+
+
 def _s3(q, k):
     return torch.einsum("thd,kd->thk", q, k)
 
@@ -280,6 +302,9 @@ CASES = [
          dtypes=(torch.bfloat16,)),
     Case("matmul_4d_broadcast", matmul_4d_broadcast, make_official(2), {"indexer_topk": 1}),
     Case("padded_rows_row_condition", padded_rows, _qkw, {"indexer_topk": 1}, outputs="both"),
+    Case("tril_keep_bool", tril_keep_bool, _qkw, {"indexer_topk": 1}, outputs="both"),
+    Case("tril_float_eq0", tril_float_eq0, _qkw, {"indexer_topk": 1}, outputs="both"),
+    Case("tril_inverted_late_start", tril_inverted, _qkw, {"indexer_topk": 1}, outputs="both"),
 ]
 
 
@@ -388,6 +413,12 @@ def _with_mask(dt, s):
     return q, k, w, torch.rand(T, K, generator=torch.Generator().manual_seed(s)) > 0.5
 
 
+def nm_float_mask_multiplied(q, k, w):
+    s = (_s(q, k).relu() * w.unsqueeze(-1)).sum(1)
+    keep = torch.tril(torch.ones(q.shape[0], k.shape[0]))
+    return (s * keep).topk(4)  # masked scores become 0, not -inf
+
+
 def nm_head_dim_24(q, k, w):
     return (_s(q, k).relu() * w.unsqueeze(-1)).sum(1).topk(4)  # the kernels need 2^n head_dim
 
@@ -412,6 +443,7 @@ NEAR_MISSES = [
     Case("topk_over_rows", nm_topk_over_rows, _qkw, {}),
     Case("opaque_mask_tensor", nm_opaque_mask, _with_mask, {}, reject="opaque"),
     Case("two_masks_different_fills", nm_different_fills, _qkw, {}, reject="different fill"),
+    Case("float_mask_multiplied", nm_float_mask_multiplied, _qkw, {}),
     Case("unsupported_head_dim_24", nm_head_dim_24, lambda dt, s: _qkw(dt, s, d=24), {}, reject="power of two"),
 ]
 

@@ -7,6 +7,7 @@ docs/patterns.md.
 """
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from typing import Callable, Optional
 
@@ -340,7 +341,7 @@ def _full(I, node, depth):
         v = node.args[1]
     else:
         v = node.args[1] if p is aten.full_like else node.args[2]
-    if isinstance(v, bool) or not isinstance(v, (int, float)):
+    if not isinstance(v, (int, float)):
         return None
     dt = node.meta["val"].dtype
     dims = tuple(I.A.dim(z) for z in I.out_shape(node))
@@ -348,6 +349,8 @@ def _full(I, node, depth):
         return TV(Const(float(v)), dims, dt)
     if dt == torch.bool:
         return TV(Index(sympy.true if v else sympy.false, is_bool=True), dims, dt)
+    if isinstance(v, float) and not v.is_integer():
+        return None
     return TV(Index(sympy.Integer(int(v))), dims, dt)
 
 
@@ -551,13 +554,49 @@ _CMP = {aten.ge: sympy.Ge, aten.gt: sympy.Gt, aten.le: sympy.Le, aten.lt: sympy.
         aten.eq: sympy.Eq, aten.ne: sympy.Ne}
 
 
+def _exact_small(x) -> bool:
+    """Integers of magnitude <= 256 (and +-inf) are the same in every float dtype, so
+    comparing them symbolically agrees with comparing them in the tensor's dtype."""
+    return isinstance(x, (int, float)) and (math.isinf(x) or (float(x).is_integer() and abs(x) <= 256))
+
+
+def _selection(tv: TV):
+    """(cond, x, y) for a float where(cond, x, y) of two constants (a float 0/1 mask, e.g.
+    tril(ones)), or (True, c, c) for a constant; None otherwise."""
+    v = tv.value
+    while isinstance(v, Cast):
+        v = v.x
+    if isinstance(v, Const) and _exact_small(v.value):
+        return sympy.true, v.value, v.value
+    if (isinstance(v, Where) and v.cond.expr is not None and not v.cond.leaves
+            and isinstance(v.a, Const) and isinstance(v.b, Const)
+            and _exact_small(v.a.value) and _exact_small(v.b.value)):
+        return v.cond.expr, v.a.value, v.b.value
+    return None
+
+
+def _branchwise(rel, sel, other, flip):
+    """rel(where(c, x, y), o) == (c & rel(x, o)) | (~c & rel(y, o)) for constants x, y, o."""
+    c, x, y = sel
+    fx_, fy = (rel(other, x), rel(other, y)) if flip else (rel(x, other), rel(y, other))
+    return sympy.Or(sympy.And(c, fx_), sympy.And(sympy.Not(c), fy))
+
+
 @handles(*_CMP)
 def _compare(I, node, depth):
     a, b, dims = _binary(I, node, depth)
+    rel = _CMP[packet(node)]
     ea, eb = I.index_of(a), I.index_of(b)
-    if ea is None or eb is None:
-        return None
-    return TV(I.new_index(_CMP[packet(node)](ea, eb), [a, b], is_bool=True), dims, torch.bool)
+    if ea is not None and eb is not None:
+        return TV(I.new_index(rel(ea, eb), [a, b], is_bool=True), dims, torch.bool)
+    sa, sb = _selection(a), _selection(b)
+    if sa is not None and sb is not None and (sa[0] == sympy.true or sb[0] == sympy.true):
+        sel, other, flip = (sa, sb[1], False) if sb[0] == sympy.true else (sb, sa[1], True)
+        expr = _branchwise(lambda x, y: sympy.sympify(rel(sympy.Float(x) if isinstance(x, float) else x,
+                                                          sympy.Float(y) if isinstance(y, float) else y)),
+                           sel, other, flip)
+        return TV(Index(expr, is_bool=True), dims, torch.bool)
+    return None
 
 
 _LOGIC = {aten.logical_and: sympy.And, aten.bitwise_and: sympy.And, aten.__and__: sympy.And,
