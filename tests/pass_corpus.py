@@ -268,6 +268,29 @@ def tril_inverted(q, k, w):
     return s.masked_fill(hide == 1, float("-inf")).topk(2, dim=-1)
 
 
+def decode_dense_gather(q, k_cache, weights, block_table, context_lens, topk=8):
+    """Decode eager fallback: pages gathered by block_table into a dense [B, L, D] key,
+    then the chain with `position < context_len[b]`. Read as a per-batch prefill: the
+    gather stays in the user's graph."""
+    bsz, _, _, d = q.shape
+    k = k_cache[block_table].reshape(bsz, -1, d)
+    scores = torch.einsum("bnhd,bld->bnhl", q.float(), k.float())
+    logits = (scores.relu() * weights.float().unsqueeze(-1)).sum(2)
+    pos = torch.arange(k.shape[1])
+    logits = logits.masked_fill(pos[None, None, :] >= context_lens[:, None, None], float("-inf"))
+    return logits.topk(topk, dim=-1)
+
+
+def make_decode(dtype, seed, bsz=3, page=16, pages=4):
+    g = torch.Generator().manual_seed(seed)
+    q = torch.randn(bsz, 1, H, D, generator=g).to(dtype)
+    cache = torch.randn(4 * bsz * pages, page, D, generator=g).to(dtype)
+    w = torch.randn(bsz, 1, H, generator=g).to(dtype)
+    table = torch.randperm(4 * bsz * pages, generator=g)[: bsz * pages].view(bsz, pages)
+    lens = torch.tensor([5, page * pages, 33][:bsz])
+    return q, cache, w, table, lens
+
+
 def _s3(q, k):
     return torch.einsum("thd,kd->thk", q, k)
 
@@ -305,6 +328,9 @@ CASES = [
     Case("tril_keep_bool", tril_keep_bool, _qkw, {"indexer_topk": 1}, outputs="both"),
     Case("tril_float_eq0", tril_float_eq0, _qkw, {"indexer_topk": 1}, outputs="both"),
     Case("tril_inverted_late_start", tril_inverted, _qkw, {"indexer_topk": 1}, outputs="both"),
+    Case("decode_dense_gather_context_lens", decode_dense_gather, make_decode, {"indexer_topk": 1},
+         outputs="both", dtypes=(torch.float32, torch.bfloat16),
+         notes="key dim = (page, offset): the mask is read through the linear key index"),
 ]
 
 
@@ -419,6 +445,16 @@ def nm_float_mask_multiplied(q, k, w):
     return (s * keep).topk(4)  # masked scores become 0, not -inf
 
 
+def nm_decode_in_page_mask(q, k_cache, weights, block_table, context_lens):
+    bsz, _, _, d = q.shape
+    page = k_cache.shape[1]
+    k = k_cache[block_table].reshape(bsz, -1, d)
+    logits = (torch.einsum("bnhd,bld->bnhl", q, k).relu() * weights.unsqueeze(-1)).sum(2)
+    pos = torch.arange(k.shape[1])
+    offset = pos - page * (pos // page)  # position inside its page
+    return logits.masked_fill(offset >= 4, float("-inf")).topk(4)  # 4 keys of every page
+
+
 def nm_head_dim_24(q, k, w):
     return (_s(q, k).relu() * w.unsqueeze(-1)).sum(1).topk(4)  # the kernels need 2^n head_dim
 
@@ -444,6 +480,7 @@ NEAR_MISSES = [
     Case("opaque_mask_tensor", nm_opaque_mask, _with_mask, {}, reject="opaque"),
     Case("two_masks_different_fills", nm_different_fills, _qkw, {}, reject="different fill"),
     Case("float_mask_multiplied", nm_float_mask_multiplied, _qkw, {}),
+    Case("decode_in_page_mask", nm_decode_in_page_mask, make_decode, {}, reject="uses the column index"),
     Case("unsupported_head_dim_24", nm_head_dim_24, lambda dt, s: _qkw(dt, s, d=24), {}, reject="power of two"),
 ]
 

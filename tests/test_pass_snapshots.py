@@ -26,7 +26,7 @@ indexer_topk  rows (r0=32) heads (h0=4) head_dim (d0=32) keys (j0=8)
   q       [1, r0, h0, d0] float32 -> [rows, heads, head_dim]
   k       [1, j0, d0] float32 -> [keys, head_dim]
   weights [1, r0, h0] -> [rows, heads]
-  ranges  0 <= j0 < floor(r0/4 + 1/4)
+  ranges  0 <= key < floor(r0/4 + 1/4)
   fill    -inf (added)
   out     [1, r0, k] float32
   top-k   k=6 -> indices; empty slots get masked columns""")
@@ -40,7 +40,7 @@ indexer_topk  rows (b0=2, r0=S0) heads (h0=4) head_dim (d0=32) keys (j0=S1)
   q       [b0, r0, h0, d0] float32 -> [rows, heads, head_dim]
   k       [b0, j0, d0] float32 -> [batch*keys, head_dim], ranges offset by batch*keys
   weights [b0, r0, h0] -> [rows, heads]
-  ranges  0 <= j0 < floor(r0/4 + 1/4)
+  ranges  0 <= key < floor(r0/4 + 1/4)
   fill    -inf (added)
   out     [b0, r0, k] float32
   top-k   k=Min(6, (S0//4)) -> indices; empty slots get masked columns""")
@@ -51,7 +51,7 @@ indexer_logits  rows (r0=24) heads (h0=4) head_dim (d0=32) keys (j0=20)
   q       [r0, h0, d0] float32 -> [rows, heads, head_dim]
   k       [j0, d0] float32 -> [keys, head_dim]
   weights [r0, h0] -> [rows, heads]
-  ranges  tensor0(r0) <= j0 < tensor1(r0)
+  ranges  tensor0(r0) <= key < tensor1(r0)
   fill    -inf (selected)
   out     [r0, j0] float32""")
 
@@ -61,7 +61,7 @@ indexer_topk  rows (r0=24) heads (h0=4) head_dim (d0=32) keys (j0=20)
   q       [r0, h0, d0] float32 -> [rows, heads, head_dim]
   k       [j0, d0] float32 -> [keys, head_dim]
   weights [r0, h0] -> [rows, heads]
-  ranges  r0 - 6 <= j0 < r0 + 1
+  ranges  r0 - 6 <= key < r0 + 1
   fill    -3.40282e+38 (selected)
   out     [r0, k] float32
   top-k   k=3 -> values and indices; empty slots get masked columns""")
@@ -72,7 +72,7 @@ indexer_topk  rows (r0=24) heads (h0=4) head_dim (d0=32) keys (j0=20)
   q       [r0, h0, d0] float32 -> [rows, heads, head_dim]
   k       [j0, d0] float32 -> [keys, head_dim]
   weights [r0, h0] -> [rows, heads]
-  ranges  0 <= j0 < r0 + 1
+  ranges  0 <= key < r0 + 1
   fill    -inf (added)
   out     [r0, k] float32
   top-k   k=4 -> indices; empty slots get masked columns""")

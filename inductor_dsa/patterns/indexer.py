@@ -56,6 +56,7 @@ class IndexerForm:
     mask_leaves: tuple = ()               # (sympy function, node, dims) used by the ranges
     additive: bool = False
     static: list = field(default_factory=list)  # sizes to specialise (guard) before the swap
+    key_symbol: Optional[sympy.Symbol] = None     # the column symbol of the ranges
 
 
 def peel(v: Value) -> Value:
@@ -312,10 +313,26 @@ def _attach_mask(I, form: IndexerForm, conds, fills, additive):
     for _, node, dims in leaves:
         if {x for d in dims for x in A.flat_dim(d)} & keys:
             raise Reject("the mask reads a tensor indexed by the key index")
-    if dmask & keys and len(form.keys) != 1:
-        raise Reject("a mask over a key dim made of several indices")
-    col = A.symbol(form.keys[0]) if len(form.keys) == 1 else sympy.Symbol("_nocol")
+    if len(form.keys) == 1:
+        col = A.symbol(form.keys[0])
+    else:
+        # The key dim is several indices (e.g. page, offset after a gather); the mask may use
+        # them only through the linear index col = sum_i j_i * stride_i. Substituting
+        # j_1 = floor(col / s_1) and j_i = floor(col / s_i) - n_i * floor(col / s_(i-1)) is exact
+        # for 0 <= col < K, and the linear combination telescopes back to col; any other use
+        # leaves floors of col behind, which the range proof rejects.
+        col = sympy.Symbol("_col", integer=True, nonnegative=True)
+        sizes = [A.size(a) for a in form.keys]
+        strides = [sympy.Mul(*sizes[i + 1:]) for i in range(len(sizes))]
+        subs = {}
+        for i, a in enumerate(form.keys):
+            v = sympy.floor(col / strides[i])
+            if i > 0:
+                v -= sizes[i] * sympy.floor(col / strides[i - 1])
+            subs[A.symbol(a)] = v
+        visible = visible.xreplace(subs)
     form.ranges = per_row_range(visible, col)
+    form.key_symbol = col
     form.fill = fills[0]
     form.additive = additive > 0
     form.mask_leaves = leaves
@@ -367,7 +384,7 @@ def render(form: IndexerForm, A, op: str, topk=None) -> str:
     else:
         start = expr(form.ranges.k_start)
         end = "keys" if form.ranges.k_end is None else expr(form.ranges.k_end)
-        lines.append(f"  ranges  {start} <= j0 < {end}"
+        lines.append(f"  ranges  {start} <= key < {end}"
                      + (f" if {expr(form.ranges.row_cond)}" if form.ranges.row_cond is not None else ""))
         lines.append(f"  fill    {form.fill:g} ({'added' if form.additive else 'selected'})")
     out = [("k" if i == form.key_dim and topk is not None else
