@@ -10,3 +10,9 @@ from .indexer import indexer_logits, indexer_topk
 
 __all__ = ["formats", "reference", "indexer_logits", "indexer_topk", "sparse_attention"]
 __version__ = "0.1.0"
+
+# torch.compile integration (issue 4): the graph pass and how to turn it on.
+from . import lowering, patterns  # noqa: E402
+from .lowering import backend, enabled, install, report, uninstall  # noqa: E402
+
+__all__ += ["lowering", "patterns", "backend", "enabled", "install", "uninstall", "report"]

@@ -1,0 +1,305 @@
+"""The Inductor graph pass: find DSA indexer subgraphs and swap in the fused ops.
+
+Runs as ``torch._inductor.config.joint_custom_pre_pass`` (on inference graphs too), on
+the decomposed, functional aten graph, before Inductor's own pattern passes.
+
+1. Every ``aten.topk`` is an anchor: if its input provably is the masked indexer logits
+   (``patterns.indexer.read_logits``) the top-k becomes ``inductor_dsa.indexer_topk``.
+2. Then, downstream of every relu(q.k) that is left, the last node that provably is the
+   indexer logits (and does not feed a top-k that was rejected) becomes
+   ``inductor_dsa.indexer_logits``.
+Everything else is left exactly as it was.
+"""
+from __future__ import annotations
+
+import contextlib
+import functools
+import hashlib
+import operator
+import os
+from dataclasses import dataclass
+from typing import Optional
+
+import torch
+import torch.fx as fx
+from torch._inductor.custom_graph_pass import CustomGraphPass
+
+from ..patterns.algebra import Reject, as_expr
+from ..patterns.indexer import read_logits, render
+from ..patterns.interp import HANDLERS, Interpreter, packet
+from . import report
+from .replace import Replacement, TopkSpec
+
+aten = torch.ops.aten
+PATTERN_TOPK = "indexer_topk"
+PATTERN_LOGITS = "indexer_logits"
+_CONTRACTIONS = (aten.bmm, aten.mm)
+_SEARCH = 48  # nodes walked when looking for a product near an anchor
+
+
+_PACKAGE = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+@functools.lru_cache(maxsize=4)
+def source_hash(root: str = _PACKAGE) -> str:
+    """sha256 of every source file that decides what the pass does (patterns, lowering,
+    kernels, ops, reference, checks), plus torch's version."""
+    h = hashlib.sha256(torch.__version__.encode())
+    for sub in ("patterns", "lowering", "kernels", "."):
+        d = os.path.join(root, sub)
+        for name in sorted(os.listdir(d)):
+            if name.endswith(".py"):
+                with open(os.path.join(d, name), "rb") as f:
+                    h.update(name.encode() + b"\0" + f.read())
+    return h.hexdigest()
+
+
+class IndexerPass(CustomGraphPass):
+    """``CustomGraphPass`` whose uuid hashes our sources, so the FX graph cache stays on."""
+
+    def __call__(self, graph: fx.Graph) -> None:
+        run(graph)
+
+    def uuid(self) -> Optional[str]:
+        return "inductor_dsa:" + source_hash()
+
+
+class ChainedPass(CustomGraphPass):
+    """Ours, then a pass that was installed before us."""
+
+    def __init__(self, first: CustomGraphPass, then):
+        self.first, self.then = first, then
+
+    def __call__(self, graph: fx.Graph) -> None:
+        self.first(graph)
+        self.then(graph)
+
+    def uuid(self):
+        other = self.then.uuid() if hasattr(self.then, "uuid") else None
+        return None if other is None else (self.first.uuid(), other)
+
+
+# ---- helpers ----------------------------------------------------------------------------------
+def _is(node, *packets) -> bool:
+    return node.op == "call_function" and packet(node) in packets
+
+
+def _is_relu(node) -> bool:
+    if _is(node, aten.relu):
+        return True
+    if _is(node, aten.clamp_min):
+        return node.args[1] == 0
+    if _is(node, aten.clamp):
+        lo = node.args[1] if len(node.args) > 1 else node.kwargs.get("min")
+        hi = node.args[2] if len(node.args) > 2 else node.kwargs.get("max")
+        return lo == 0 and hi is None
+    return False
+
+
+def _upstream_has_product(node, limit=_SEARCH) -> bool:
+    """Breadth-first: is there a bmm/mm among the nearest ``limit`` tensor ancestors?"""
+    seen, todo = set(), [node]
+    while todo and len(seen) < limit:
+        x = todo.pop(0)
+        if x in seen:
+            continue
+        seen.add(x)
+        if _is(x, *_CONTRACTIONS):
+            return True
+        todo += [i for i in x.all_input_nodes if isinstance(i.meta.get("val"), torch.Tensor)]
+    return False
+
+
+def _downstream(node, limit=_SEARCH):
+    seen, todo, out = set(), [node], []
+    while todo and len(seen) < limit:
+        x = todo.pop(0)
+        if x in seen:
+            continue
+        seen.add(x)
+        out.append(x)
+        todo += list(x.users)
+    return out
+
+
+def _is_training(graph: fx.Graph) -> bool:
+    return any(n.op == "placeholder" and str(n.target).startswith("tangents") for n in graph.nodes)
+
+
+def _stack(node):
+    return report.source_line(node)
+
+
+# ---- splice -------------------------------------------------------------------------------------
+def _trace(fn, args):
+    from torch._inductor.pattern_matcher import fwd_only
+    vals = [a.meta["val"] for a in args]
+    fake_mode = torch._guards.detect_fake_mode(vals)
+    ctx = fake_mode if fake_mode is not None else contextlib.nullcontext()
+    with ctx:
+        return fwd_only(fn, vals)
+
+
+def _splice(graph: fx.Graph, anchor: fx.Node, gm: fx.GraphModule, args):
+    env = {}
+    placeholders = [n for n in gm.graph.nodes if n.op == "placeholder"]
+    for ph, a in zip(placeholders, args):
+        env[ph] = a
+    bad = [n for n in gm.graph.nodes if n.op not in ("placeholder", "output", "call_function")]
+    if bad:
+        raise Reject(f"replacement produced a {bad[0].op} node")
+    outs = None
+    stack = anchor.meta.get("stack_trace")
+    with graph.inserting_before(anchor):
+        for n in gm.graph.nodes:
+            if n.op == "placeholder":
+                continue
+            if n.op == "output":
+                outs = fx.node.map_arg(n.args[0], lambda x: env[x])
+                continue
+            new = graph.node_copy(n, lambda x: env[x])
+            if stack and "stack_trace" not in new.meta:
+                new.meta["stack_trace"] = stack
+            env[n] = new
+    return outs
+
+
+# ---- matching -----------------------------------------------------------------------------------
+@dataclass
+class Plan:
+    """A proven match, traced and ready to splice: analysis done, graph not touched yet."""
+    anchor: fx.Node
+    gm: fx.GraphModule
+    args: list
+    swap: report.Swap
+
+
+def _plan_topk(graph, node) -> Optional[Plan]:
+    args = list(node.args) + [None] * (5 - len(node.args))
+    x, k = args[0], args[1] if args[1] is not None else node.kwargs.get("k")
+    dim = args[2] if args[2] is not None else node.kwargs.get("dim", -1)
+    largest = args[3] if args[3] is not None else node.kwargs.get("largest", True)
+    if not largest:
+        raise Reject("topk(largest=False) selects the smallest scores")
+    uses = set()
+    for u in node.users:
+        if u.op == "call_function" and u.target is operator.getitem and u.args[1] in (0, 1):
+            uses.add(u.args[1])
+        else:
+            raise Reject(f"the top-k result is used whole by {u.name}")
+    if not uses:
+        return None
+    interp = Interpreter(graph)
+    tv = interp.ev(x)
+    form = read_logits(tv, interp, key_dim=dim % len(tv.dims))
+    repl = Replacement(form, interp.A, TopkSpec(k, 0 in uses, 1 in uses), graph)
+    repl.specialize()
+    gm = _trace(repl, repl.args())
+    kval = k.meta.get("val") if isinstance(k, fx.Node) else k
+    used = " and ".join(w for i, w in ((0, "values"), (1, "indices")) if i in uses)
+    note = "the logits are also used elsewhere: they stay computed there" if len(x.users) > 1 else ""
+    swap = report.Swap(PATTERN_TOPK, "torch.ops.inductor_dsa.indexer_topk", _stack(node),
+                       render(form, interp.A, PATTERN_TOPK, (as_expr(kval), used)), note)
+    return Plan(node, gm, repl.args(), swap)
+
+
+def _plan_logits(graph, node) -> Plan:
+    interp = Interpreter(graph)
+    tv = interp.ev(node)
+    if tv.dtype is None or not tv.dtype.is_floating_point:
+        raise Reject("not a floating-point tensor")
+    form = read_logits(tv, interp, key_dim=None)
+    repl = Replacement(form, interp.A, None, graph)
+    repl.specialize()
+    gm = _trace(repl, repl.args())
+    swap = report.Swap(PATTERN_LOGITS, "torch.ops.inductor_dsa.indexer_logits", _stack(node),
+                       render(form, interp.A, PATTERN_LOGITS))
+    return Plan(node, gm, repl.args(), swap)
+
+
+def _apply(graph, plan: Plan) -> None:
+    node = plan.anchor
+    outs = _splice(graph, node, plan.gm, plan.args)
+    if plan.swap.pattern == PATTERN_TOPK:
+        outs = list(outs)
+        for u in list(node.users):
+            u.replace_all_uses_with(outs[u.args[1]])
+            graph.erase_node(u)
+        graph.erase_node(node)
+    else:
+        node.replace_all_uses_with(outs)
+    graph.eliminate_dead_code()
+
+
+def _strict() -> bool:
+    return os.environ.get("INDUCTOR_DSA_STRICT", "0") not in ("", "0")
+
+
+def _try(planner, graph, node):
+    """(plan or None, reason or None). Errors in analysis never reach the user's compile."""
+    try:
+        return planner(graph, node), None
+    except Reject as e:
+        return None, str(e)
+    except Exception as e:  # noqa: BLE001 - a bug in a matcher must not break compilation
+        if _strict():
+            raise
+        report.log.warning("inductor_dsa: internal error while matching %s: %r (left unchanged)",
+                           node.name, e)
+        return None, f"internal error: {e!r}"
+
+
+def run(graph: fx.Graph) -> int:
+    """Apply the pass to ``graph``; returns the number of swaps."""
+    owner = graph.owning_module
+    comp = report.begin(type(owner).__name__ if owner is not None else "graph")
+    if _is_training(graph):
+        for n in graph.nodes:
+            if _is(n, aten.topk) and _upstream_has_product(n):
+                report.record_rejection(comp, report.Rejection(
+                    n.name, _stack(n), "training (joint forward/backward) graph: the fused ops have no backward"))
+        return 0
+    swaps = 0
+    # 1. top-k anchors
+    for node in list(graph.nodes):
+        if node._erased or not _is(node, aten.topk):
+            continue
+        plan, why = _try(_plan_topk, graph, node)
+        if plan is not None:
+            _apply(graph, plan)
+            report.record_swap(comp, plan.swap)
+            swaps += 1
+        elif why is not None and _upstream_has_product(node):
+            report.record_rejection(comp, report.Rejection(node.name, _stack(node), why))
+    # 2. logits anchors downstream of relu(q.k)
+    seeds = [n for n in graph.nodes if _is_relu(n) and _upstream_has_product(n.args[0], 8)]
+    cands = set()
+    for s in seeds:
+        cands.update(_downstream(s))
+    reasons = {}
+    for node in reversed(list(graph.nodes)):
+        if node._erased or node not in cands or not node.users or node.op != "call_function":
+            continue
+        if packet(node) not in HANDLERS:
+            continue
+        if any(_is(d, aten.topk) for d in _downstream(node, 16)):
+            continue  # a top-k chain that did not match stays untouched as a whole
+        plan, why = _try(_plan_logits, graph, node)
+        if plan is not None:
+            _apply(graph, plan)
+            report.record_swap(comp, plan.swap)
+            swaps += 1
+        else:
+            reasons[node] = why
+    # 3. debug: relu(q.k) that is still there
+    if report.debug_enabled():
+        for s in seeds:
+            if s._erased:
+                continue
+            near = [d for d in _downstream(s, 12) if d in reasons and _is(d, aten.sum, aten.bmm, aten.mm)]
+            why = reasons[near[0]] if near else next(
+                (reasons[d] for d in _downstream(s, 12) if d in reasons), "relu(q.k) is not summed over heads by weights")
+            if any(_is(d, aten.topk) for d in _downstream(s, 16)):
+                continue  # already reported at its top-k
+            report.record_rejection(comp, report.Rejection(s.name, _stack(s), why))
+    return swaps

@@ -1,0 +1,97 @@
+"""Hooking the pass into Inductor: a backend, and install()/uninstall()/enabled() for "inductor"."""
+from __future__ import annotations
+
+import contextlib
+import threading
+
+import torch
+
+from torch._inductor.custom_graph_pass import CustomGraphPass
+
+from .graph_pass import ChainedPass, IndexerPass
+
+PASS = IndexerPass()
+_saved: list = []
+_lock = threading.Lock()
+
+
+def _config():
+    import torch._inductor.config as cfg
+    return cfg
+
+
+def _contains_ours(p) -> bool:
+    if p is PASS:
+        return True
+    if isinstance(p, ChainedPass):
+        return _contains_ours(p.first) or _contains_ours(p.then)
+    if isinstance(p, (list, tuple)):
+        return any(_contains_ours(x) for x in p)
+    return False
+
+
+def _with_ours(current):
+    """The value of joint_custom_pre_pass that runs our pass, then whatever was there."""
+    if current is None:
+        return PASS
+    if _contains_ours(current):
+        return current
+    if isinstance(current, (list, tuple)):
+        current = _Seq(tuple(current))
+    return ChainedPass(PASS, current)
+
+
+class _Seq(CustomGraphPass):
+    """A CustomGraphPass running a tuple of passes."""
+    def __init__(self, passes):
+        self.passes = passes
+
+    def __call__(self, graph):
+        for p in self.passes:
+            p(graph)
+
+    def uuid(self):
+        ids = tuple(p.uuid() if hasattr(p, "uuid") else None for p in self.passes)
+        return None if None in ids else ids
+
+
+def install() -> None:
+    """Add the pass to the default "inductor" backend (``torch.compile(model)``). Idempotent."""
+    cfg = _config()
+    with _lock:
+        cur = cfg.joint_custom_pre_pass
+        if _contains_ours(cur):
+            return
+        _saved.append(cur)
+        cfg.joint_custom_pre_pass = _with_ours(cur)
+
+
+def uninstall() -> None:
+    """Undo ``install()``, restoring whatever joint_custom_pre_pass was set before."""
+    cfg = _config()
+    with _lock:
+        if not _contains_ours(cfg.joint_custom_pre_pass):
+            return
+        cfg.joint_custom_pre_pass = _saved.pop() if _saved else None
+
+
+def is_installed() -> bool:
+    return _contains_ours(_config().joint_custom_pre_pass)
+
+
+@contextlib.contextmanager
+def enabled():
+    """``with inductor_dsa.enabled(): torch.compile(model)(x)`` - the pass only inside."""
+    cfg = _config()
+    with cfg.patch(joint_custom_pre_pass=_with_ours(cfg.joint_custom_pre_pass)):
+        yield
+
+
+def backend(gm: torch.fx.GraphModule, example_inputs, **kwargs):
+    """A torch.compile backend: Inductor with the inductor_dsa pass.
+
+    ``torch.compile(model, backend=inductor_dsa.backend)``.
+    """
+    from torch._inductor.compile_fx import compile_fx
+    patches = {"joint_custom_pre_pass": _with_ours(_config().joint_custom_pre_pass)}
+    return compile_fx(gm, example_inputs, config_patches=patches, **kwargs)

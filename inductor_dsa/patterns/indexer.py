@@ -1,0 +1,396 @@
+"""The prefill DSA indexer pattern.
+
+Reads a node (a top-k input, or a logits tensor) and proves it computes
+
+    X[rows, j] = fill                                              if not visible(rows, j)
+               = sum_h  w[rows, h] * relu( sum_d q[rows, h, d] * k[b(rows), j, d] )   otherwise
+
+where ``visible`` is a per-row range of j, ``fill`` is -inf or finfo.min, and ``w`` is a
+product of tensors/constants over (rows, h). Everything is checked on the index algebra
+of ``algebra.py``: which index each tensor depends on, which indices are summed, in which
+order relu and the weights are applied. Any doubt raises ``Reject`` with the reason.
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import Optional
+
+import sympy
+import torch
+import torch.fx as fx
+
+from .. import checks
+from .algebra import (Add, Cast, Const, Contract, Index, Mul, Reject, Relu, Sum, Value,
+                      Where, const_value, deps, is_minus_inf_like)
+from .interp import TV, Interpreter
+from .masks import RowRange, per_row_range
+
+FLOAT_DTYPES = (torch.bfloat16, torch.float16, torch.float32)
+
+
+@dataclass
+class Term:
+    """A tensor to hand to the op: a graph node and the atoms of its dims."""
+    node: fx.Node
+    dims: tuple
+    dtype: torch.dtype
+
+
+@dataclass
+class IndexerForm:
+    q: Term
+    k: Term
+    weights: list          # Terms, multiplied together
+    scale: float           # times this constant
+    rows: tuple            # atoms, internal order: batch atoms first, then the rest in output order
+    batch: tuple           # rows atoms that k depends on (a per-batch k)
+    heads: tuple
+    contract: tuple
+    keys: tuple            # atoms of the output's key dim, in order
+    out_dims: tuple        # flattened atoms of each output dim
+    key_dim: int
+    out_dtype: torch.dtype
+    fill: Optional[float] = None          # None: no mask
+    ranges: Optional[RowRange] = None
+    mask_leaves: tuple = ()               # (sympy function, node, dims) used by the ranges
+    additive: bool = False
+    static: list = field(default_factory=list)  # sizes to specialise (guard) before the swap
+    key_symbol: Optional[sympy.Symbol] = None     # the column symbol of the ranges
+
+
+def peel(v: Value) -> Value:
+    while isinstance(v, Cast):
+        v = v.x
+    return v
+
+
+def factors(v: Value) -> list:
+    """Flatten a product (through float casts); constants stay as Const factors."""
+    p = peel(v)
+    if isinstance(p, Mul):
+        return [f for x in p.factors for f in factors(x)]
+    return [v]
+
+
+def _mask_term(m: Value):
+    """(visible, fill) for where(c, fill, 0) / where(c, 0, fill), else None."""
+    m = peel(m)
+    if not isinstance(m, Where):
+        return None
+    a, b = const_value(m.a), const_value(m.b)
+    if a is None or b is None:
+        return None
+    if b == 0 and a != 0:
+        return _negate(m.cond), a
+    if a == 0 and b != 0:
+        return m.cond, b
+    return None
+
+
+def _negate(c: Index) -> Index:
+    return Index(None if c.expr is None else sympy.Not(c.expr), is_bool=True, leaves=c.leaves)
+
+
+def _peel_masks(v: Value):
+    """(unmasked value, [visible conditions], [fills], additive count)."""
+    conds, fills, additive = [], [], 0
+    while True:
+        v = peel(v)
+        if isinstance(v, Where):
+            a, b = const_value(v.a), const_value(v.b)
+            if a is not None and b is None:
+                conds.append(_negate(v.cond))
+                fills.append(a)
+                v = v.b
+            elif b is not None and a is None:
+                conds.append(v.cond)
+                fills.append(b)
+                v = v.a
+            else:
+                raise Reject("where(...) is not a mask: it does not select between the scores and a constant")
+            continue
+        if isinstance(v, Add):
+            for m, other in ((v.b, v.a), (v.a, v.b)):
+                mt = _mask_term(m)
+                if mt is not None:
+                    conds.append(mt[0])
+                    fills.append(mt[1])
+                    additive += 1
+                    v = other
+                    break
+            else:
+                raise Reject("an addition to the scores that is not a where(mask, fill, 0) mask")
+            continue
+        return v, conds, fills, additive
+
+
+def _sum_parts(v: Value):
+    """(heads atoms, factor list) of Sum(Mul(...)) or Contract(a, b)."""
+    v = peel(v)
+    if isinstance(v, Sum):
+        return v.atoms, factors(v.x)
+    if isinstance(v, Contract):
+        return v.atoms, factors(v.a) + factors(v.b)
+    return None
+
+
+def _split_consts(fs, what):
+    consts, rest = [], []
+    for f in fs:
+        c = const_value(f)
+        if c is not None:
+            consts.append(c)
+        else:
+            rest.append(f)
+    return math.prod(consts) if consts else 1.0, rest
+
+
+def _term(v: Value, I: Interpreter) -> Term:
+    node = v.origin
+    return Term(node, I.A.flat_dims(v.origin_dims), node.meta["val"].dtype)
+
+
+def read_logits(tv: TV, I: Interpreter, key_dim: Optional[int] = None) -> IndexerForm:
+    A = I.A
+    out_dtype = tv.dtype
+    v, conds, fills, additive = _peel_masks(tv.value)
+
+    # -- weighted head sum, possibly times per-row factors ---------------------------------
+    post = []
+    parts = _sum_parts(v)
+    if parts is None:
+        fs = factors(v)
+        sums = [f for f in fs if _sum_parts(f) is not None]
+        if len(sums) != 1:
+            if isinstance(peel(v), Relu):
+                raise Reject("relu(q.k) is not summed over heads")
+            raise Reject("no weighted sum over heads of relu(q.k)")
+        post = [f for f in fs if f is not sums[0]]
+        parts = _sum_parts(sums[0])
+    heads, inner = parts
+    relus = [f for f in inner if isinstance(peel(f), Relu)]
+    if len(relus) != 1:
+        raise Reject("the head sum is not over relu(q.k) * weights (no relu factor"
+                     + (", or several)" if relus else ")"))
+    weights = [f for f in inner if f is not relus[0]] + post
+
+    # -- relu(c * q.k), c > 0 -----------------------------------------------------------------
+    pre = factors(peel(relus[0]).x)
+    dots = [f for f in pre if _sum_parts(f) is not None]
+    if len(dots) != 1:
+        raise Reject("relu is not applied to a q.k product")
+    c_pre, other = _split_consts([f for f in pre if f is not dots[0]], "relu")
+    if other:
+        raise Reject("the relu input is scaled by a tensor of unknown sign (weights applied before relu?)")
+    if not c_pre > 0:
+        raise Reject(f"the relu input is scaled by {c_pre} <= 0")
+    dot = peel(dots[0])
+    if isinstance(dot, Contract):
+        contract, (ta, tb) = dot.atoms, (dot.a, dot.b)
+        c_dot = 1.0
+    else:
+        contract = dot.atoms
+        c_dot, ts = _split_consts(factors(dot.x), "dot")
+        if len(ts) != 2:
+            raise Reject("the q.k product does not have exactly two tensor operands")
+        ta, tb = ts
+    if not c_dot > 0:
+        raise Reject(f"q.k is scaled by {c_dot} <= 0 before relu")
+    scale, wterms = _split_consts(weights, "weights")
+    scale *= c_pre * c_dot
+
+    # -- roles of the indices -------------------------------------------------------------------
+    out_dims = A.flat_dims(tv.dims)
+    C = frozenset(A.flat_dim(contract))
+    H = frozenset(A.flat_dim(heads))
+    errors = []
+    for qv, kv in ((ta, tb), (tb, ta)):
+        try:
+            form = _assign(I, qv, kv, wterms, C, H, out_dims, key_dim)
+        except Reject as e:
+            errors.append(str(e))
+            continue
+        form.scale, form.out_dtype = scale, out_dtype
+        _attach_mask(I, form, conds, fills, additive)
+        return form
+    # prefer the reason from the orientation where q carries more of the summed indices
+    raise Reject(errors[1] if len(H & deps(tb, A)) > len(H & deps(ta, A)) else errors[0])
+
+
+def _assign(I, qv, kv, wterms, C, H, out_dims, key_dim) -> IndexerForm:
+    A = I.A
+    dq, dk = deps(qv, A), deps(kv, A)
+    if key_dim is None:
+        cand = [i for i, d in enumerate(out_dims) if d and set(d) <= dk and not set(d) & dq]
+        if len(cand) != 1:
+            raise Reject("cannot tell which output dim indexes the keys")
+        key_dim = cand[0]
+    if H & dk:
+        raise Reject("the weighted sum runs over an index of k (a sum over keys, or a per-head k)")
+    J = out_dims[key_dim]
+    if not J:
+        raise Reject("the key dim has size 1")
+    Jset = frozenset(J)
+    every = frozenset(a for d in out_dims for a in d)
+    if len(every) != sum(len(d) for d in out_dims):
+        raise Reject("the output repeats an index (a diagonal)")
+    R = every - Jset
+    if not C:
+        raise Reject("q.k contracts no index")
+    if not (C <= dq and C <= dk):
+        raise Reject("q and k do not both span the contracted (head_dim) index")
+    if not Jset <= dk:
+        raise Reject("the top-k/key dim is not an index of k")
+    if Jset & dq:
+        raise Reject("q depends on the key index")
+    if not H <= dq:
+        raise Reject("the head sum runs over an index q does not depend on")
+    if not dq <= R | H | C:
+        raise Reject("q depends on an index that is not a row, head or head_dim index")
+    if not dk <= Jset | C | R:
+        raise Reject("k depends on an index that is neither key, head_dim nor batch")
+    for w in wterms:
+        dw = deps(w, A)
+        if dw & Jset:
+            raise Reject("weights depend on the key index (per-key weights)")
+        if not dw <= R | H:
+            raise Reject("weights depend on an index that is not a row or head index")
+    batch = tuple(a for d in out_dims for a in d if a in dk and a in R)
+    rows_out = tuple(a for i, d in enumerate(out_dims) if i != key_dim for a in d)
+    rows = batch + tuple(a for a in rows_out if a not in batch)
+    qt, kt = _term(qv, I), _term(kv, I)
+    if qt.dtype not in FLOAT_DTYPES or kt.dtype != qt.dtype:
+        raise Reject(f"q/k dtypes {qt.dtype}/{kt.dtype} are not one of bf16/fp16/fp32 (shared)")
+    # head_dim and heads are compile-time constants of the kernels: symbolic ones (dynamic=True)
+    # are specialised to their example values once the whole match is proven.
+    D = sympy.Mul(*[A.size(a) for a in C])
+    Hn = sympy.Mul(*[A.size(a) for a in H])
+    d_val, h_val = A.shapes.hint(D), A.shapes.hint(Hn)
+    if d_val is None or h_val is None:
+        raise Reject(f"head_dim {D} and heads {Hn} have no known value")
+    try:
+        checks.head_dim(d_val, "q")
+    except ValueError as e:
+        raise Reject(str(e)) from None
+    if not 1 <= h_val <= checks.MAX_HEADS:
+        raise Reject(f"{h_val} heads is outside [1, {checks.MAX_HEADS}]")
+    static = [e for e in (D, Hn) if not e.is_Integer]
+    wts = []
+    for w in wterms:
+        t = _term(w, I)
+        if not t.dtype.is_floating_point:
+            raise Reject("weights are not floating point")
+        wts.append(t)
+    order = sorted
+    return IndexerForm(q=qt, k=kt, weights=wts, scale=1.0, rows=rows, batch=batch,
+                       heads=tuple(order(H)), contract=tuple(order(C)), keys=J,
+                       out_dims=out_dims, key_dim=key_dim, out_dtype=None, static=static)
+
+
+def _attach_mask(I, form: IndexerForm, conds, fills, additive):
+    if not conds:
+        return
+    A = I.A
+    if any(c.expr is None for c in conds):
+        raise Reject("the mask is not built from arange/iota (an opaque boolean tensor)")
+    bad = [f for f in fills if not is_minus_inf_like(f)]
+    if bad:
+        raise Reject(f"mask fill value {bad[0]} is not -inf or finfo.min")
+    if len(set(fills)) > 1:
+        raise Reject("masks with different fill values")
+    if additive > 1 and fills[0] != -math.inf:
+        raise Reject("several additive finite masks (their sum is not the fill value)")
+    visible = A.resolve(sympy.And(*[c.expr for c in conds]))
+    leaves = tuple(l for c in conds for l in c.leaves)
+    dmask = A.atoms_in(visible)
+    for _, node, dims in leaves:
+        dmask |= {x for d in dims for x in A.flat_dim(d)}
+    dmask = {A.find(a) for a in dmask}
+    rows, keys = set(form.rows), set(form.keys)
+    if not dmask <= rows | keys:
+        raise Reject("the mask depends on an index that is neither a row nor the key index")
+    for _, node, dims in leaves:
+        if {x for d in dims for x in A.flat_dim(d)} & keys:
+            raise Reject("the mask reads a tensor indexed by the key index")
+    if len(form.keys) == 1:
+        col = A.symbol(form.keys[0])
+    else:
+        # The key dim is several indices (e.g. page, offset after a gather); the mask may use
+        # them only through the linear index col = sum_i j_i * stride_i. Substituting
+        # j_1 = floor(col / s_1) and j_i = floor(col / s_i) - n_i * floor(col / s_(i-1)) is exact
+        # for 0 <= col < K, and the linear combination telescopes back to col; any other use
+        # leaves floors of col behind, which the range proof rejects.
+        col = sympy.Symbol("_col", integer=True, nonnegative=True)
+        sizes = [A.size(a) for a in form.keys]
+        strides = [sympy.Mul(*sizes[i + 1:]) for i in range(len(sizes))]
+        subs = {}
+        for i, a in enumerate(form.keys):
+            v = sympy.floor(col / strides[i])
+            if i > 0:
+                v -= sizes[i] * sympy.floor(col / strides[i - 1])
+            subs[A.symbol(a)] = v
+        visible = visible.xreplace(subs)
+    form.ranges = per_row_range(visible, col)
+    form.key_symbol = col
+    form.fill = fills[0]
+    form.additive = additive > 0
+    form.mask_leaves = leaves
+
+
+def render(form: IndexerForm, A, op: str, topk=None) -> str:
+    """The rewritten region as normalised text: index roles, operand layouts, ranges.
+
+    Independent of node names and of Inductor's code generation, so it reads the same on
+    every supported torch; size symbols are renamed S0, S1, ... in order of appearance.
+    """
+    names = {}
+    for prefix, atoms in (("b", form.batch), ("r", [a for a in form.rows if a not in form.batch]),
+                          ("h", form.heads), ("d", form.contract), ("j", form.keys)):
+        for i, a in enumerate(atoms):
+            names[A.find(a)] = f"{prefix}{i}"
+    size_syms: dict = {}
+    tensors: dict = {}  # integer tensors the ranges read, in order of appearance
+
+    def expr(e) -> str:
+        e = A.resolve(sympy.sympify(e))
+        subs = {}
+        for s in sorted(e.free_symbols, key=lambda s: s.name):
+            if s.name.startswith("_i"):
+                subs[s] = sympy.Symbol(names.get(A.find(int(s.name[2:])), "_"))
+            else:
+                subs[s] = size_syms.setdefault(s, sympy.Symbol(f"S{len(size_syms)}"))
+        out = e.xreplace(subs)
+        for f in sorted({f.func for f in out.atoms(sympy.core.function.AppliedUndef)}, key=str):
+            out = out.replace(f, tensors.setdefault(f, sympy.Function(f"tensor{len(tensors)}")))
+        return str(out)
+
+    def dims(ds) -> str:
+        return "[" + ", ".join("*".join(names.get(A.find(a), "_") for a in d) or "1" for d in ds) + "]"
+
+    def atoms(xs) -> str:
+        return "(" + ", ".join(f"{names[A.find(a)]}={expr(A.size(a))}" for a in xs) + ")"
+
+    dt = lambda t: str(t).replace("torch.", "")  # noqa: E731
+    lines = [f"{op}  rows {atoms(form.rows)} heads {atoms(form.heads)} "
+             f"head_dim {atoms(form.contract)} keys {atoms(form.keys)}",
+             f"  q       {dims(form.q.dims)} {dt(form.q.dtype)} -> [rows, heads, head_dim]",
+             f"  k       {dims(form.k.dims)} {dt(form.k.dtype)} -> "
+             + ("[batch*keys, head_dim], ranges offset by batch*keys" if form.batch else "[keys, head_dim]"),
+             "  weights " + (" * ".join(dims(w.dims) for w in form.weights) or "1")
+             + (f" * {form.scale:.6g}" if form.scale != 1.0 else "") + " -> [rows, heads]"]
+    if form.ranges is None:
+        lines.append("  ranges  all keys")
+    else:
+        start = expr(form.ranges.k_start)
+        end = "keys" if form.ranges.k_end is None else expr(form.ranges.k_end)
+        lines.append(f"  ranges  {start} <= key < {end}"
+                     + (f" if {expr(form.ranges.row_cond)}" if form.ranges.row_cond is not None else ""))
+        lines.append(f"  fill    {form.fill:g} ({'added' if form.additive else 'selected'})")
+    out = [("k" if i == form.key_dim and topk is not None else
+            "*".join(names.get(A.find(a), "_") for a in d) or "1") for i, d in enumerate(form.out_dims)]
+    lines.append(f"  out     [{', '.join(out)}] {dt(form.out_dtype)}")
+    if topk is not None:
+        k, outputs = topk
+        lines.append(f"  top-k   k={expr(k)} -> {outputs}; empty slots get masked columns")
+    return "\n".join(lines)

@@ -1,0 +1,718 @@
+"""Read post-decomposition aten nodes into the index algebra of ``algebra.py``.
+
+One handler per aten/prims op. A handler returns a ``TV`` (value, dims, dtype) or None;
+None (or a ``Reject`` raised inside) makes the node an opaque ``Leaf``, which is always
+exact. Adding a spelling usually means adding or widening a handler here: see
+docs/patterns.md.
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Callable, Optional
+
+import sympy
+import torch
+import torch.fx as fx
+
+from .algebra import (Add, Atoms, Cast, Const, Contract, Index, Leaf, Mul, Reject, Relu, Shapes,
+                      Sum, Value, Where, as_expr)
+
+aten = torch.ops.aten
+prims = torch.ops.prims
+
+
+@dataclass
+class TV:
+    """A tensor as read: its value, the atoms of each dim, its dtype."""
+    value: Value
+    dims: tuple
+    dtype: Optional[torch.dtype]
+
+
+HANDLERS: dict[object, Callable] = {}
+SHAPE_OPS: set = set()  # handlers that only move data: they do not count towards the depth
+
+
+def handles(*packets, shape: bool = False):
+    def deco(fn):
+        for p in packets:
+            HANDLERS[p] = fn
+            if shape:
+                SHAPE_OPS.add(p)
+        return fn
+    return deco
+
+
+def packet(node: fx.Node):
+    t = node.target
+    return getattr(t, "overloadpacket", t)
+
+
+def shape_env_of(graph: fx.Graph):
+    for n in graph.nodes:
+        v = n.meta.get("val")
+        syms = list(v.shape) if isinstance(v, torch.Tensor) else [v]
+        for s in syms:
+            if isinstance(s, torch.SymInt):
+                return s.node.shape_env
+    return None
+
+
+def _val(node):
+    return node.meta.get("val") if isinstance(node, fx.Node) else None
+
+
+def _arg(node: fx.Node, i: int, name: str, default=None):
+    if len(node.args) > i:
+        return node.args[i]
+    return node.kwargs.get(name, default)
+
+
+class Interpreter:
+    """Reads nodes on demand (memoised). ``max_depth`` bounds how many non-shape ops are
+    followed upstream from where reading started; deeper nodes are leaves."""
+
+    def __init__(self, graph: fx.Graph, shapes: Optional[Shapes] = None, max_depth: int = 16):
+        self.graph = graph
+        self.A = Atoms(shapes or Shapes(shape_env_of(graph)))
+        self.memo: dict[fx.Node, TV] = {}
+        self.max_depth = max_depth
+        self.notes: list[str] = []  # why nodes became leaves (for debugging)
+        self._nfun = 0
+
+    # ---- entry points ----------------------------------------------------------------------
+    def ev(self, arg, depth: int = 0) -> TV:
+        if not isinstance(arg, fx.Node):
+            return self.scalar(arg)
+        if arg in self.memo:
+            return self.memo[arg]
+        val = _val(arg)
+        if isinstance(val, (torch.SymInt, int)) and not isinstance(val, bool):
+            return TV(Index(as_expr(val)), (), torch.int64)
+        if not isinstance(val, torch.Tensor):
+            raise Reject(f"{arg.name} is not a tensor")
+        tv = None
+        p = packet(arg) if arg.op == "call_function" else None
+        handler = HANDLERS.get(p)
+        if handler is not None:
+            step = 0 if p in SHAPE_OPS else 1
+            if depth + step <= self.max_depth:
+                # A handler that gives up must leave no trace: unions it made between its
+                # operands' indices are not facts about any value that survives.
+                snap, n_memo = self.A.snapshot(), len(self.memo)
+                try:
+                    tv = handler(self, arg, depth + step)
+                except Reject as e:
+                    self.notes.append(f"{arg.name}: {e}")
+                    tv = None
+                if tv is None:
+                    self.A.restore(snap)
+                    for key in list(self.memo)[n_memo:]:
+                        del self.memo[key]
+        if tv is None:
+            tv = self.leaf(arg)
+        if len(tv.dims) != val.dim():
+            raise AssertionError(f"inductor_dsa: rank mismatch reading {arg.format_node()}")
+        if tv.value.origin is None:
+            tv.value.origin, tv.value.origin_dims = arg, tv.dims
+        self.memo[arg] = tv
+        return tv
+
+    def scalar(self, x) -> TV:
+        if isinstance(x, bool):
+            return TV(Index(sympy.true if x else sympy.false, is_bool=True), (), torch.bool)
+        if isinstance(x, int):
+            return TV(Const(x), (), None)
+        if isinstance(x, float):
+            return TV(Const(x), (), None)
+        raise Reject(f"unsupported scalar argument {x!r}")
+
+    def leaf(self, node: fx.Node) -> TV:
+        val = node.meta["val"]
+        dims = tuple(self.A.dim(s) for s in val.shape)
+        if val.dtype.is_floating_point or val.dtype.is_complex:
+            return TV(Leaf(node, dims), dims, val.dtype)
+        if val.dtype == torch.bool:
+            return TV(Index(None, is_bool=True), dims, val.dtype)
+        self._nfun += 1
+        fn = sympy.Function(f"_L{self._nfun}", integer=True)
+        args = [self.A.symbol(d[0]) if d else sympy.Integer(0) for d in dims]
+        return TV(Index(fn(*args), leaves=((fn, node, dims),)), dims, val.dtype)
+
+    # ---- helpers ---------------------------------------------------------------------------
+    def out_shape(self, node):
+        return list(node.meta["val"].shape)
+
+    def bcast(self, node: fx.Node, tvs) -> tuple:
+        shape = self.out_shape(node)
+        n = len(shape)
+        out = [() for _ in range(n)]
+        for tv in tvs:
+            k = len(tv.dims)
+            for i, d in enumerate(tv.dims):
+                d = self.A.flat_dim(d)
+                if not d:
+                    continue
+                j = n - k + i
+                if not out[j]:
+                    out[j] = d
+                else:
+                    self.A.unify(out[j], d)
+                    out[j] = self.A.flat_dim(out[j])
+        for j, z in enumerate(shape):
+            if not out[j] and not self.A.shapes.is_one(as_expr(z)):
+                out[j] = (self.A.new(z),)
+        return tuple(out)
+
+    def index_of(self, tv: TV) -> Optional[sympy.Basic]:
+        """The integer sympy expression of an operand, or None if it is not an integer."""
+        v = tv.value
+        if isinstance(v, Index) and not v.is_bool and v.expr is not None:
+            return v.expr
+        if isinstance(v, Const) and isinstance(v.value, int) and not isinstance(v.value, bool):
+            return sympy.Integer(v.value)
+        return None
+
+    def bool_of(self, tv: TV) -> Optional[Index]:
+        v = tv.value
+        return v if isinstance(v, Index) and v.is_bool else None
+
+    @staticmethod
+    def is_float(tv: TV) -> bool:
+        v = tv.value
+        if isinstance(v, Index):
+            return False
+        if isinstance(v, Const):
+            return True
+        return tv.dtype is not None and tv.dtype.is_floating_point
+
+    def new_index(self, expr, tvs, is_bool=False) -> Index:
+        leaves = tuple(l for tv in tvs if isinstance(tv.value, Index) for l in tv.value.leaves)
+        return Index(expr, is_bool=is_bool, leaves=leaves)
+
+
+def _norm_dim(d: int, n: int) -> int:
+    return d + n if d < 0 else d
+
+
+# ---- data movement ---------------------------------------------------------------------------
+@handles(aten.view, aten._unsafe_view, aten.reshape, shape=True)
+def _view(I: Interpreter, node, depth):
+    x = I.ev(node.args[0], depth)
+    return TV(x.value, I.A.regroup(x.dims, I.out_shape(node)), x.dtype)
+
+
+@handles(aten.permute, shape=True)
+def _permute(I, node, depth):
+    x = I.ev(node.args[0], depth)
+    n = len(x.dims)
+    return TV(x.value, tuple(x.dims[_norm_dim(p, n)] for p in node.args[1]), x.dtype)
+
+
+@handles(aten.transpose, shape=True)
+def _transpose(I, node, depth):
+    x = I.ev(node.args[0], depth)
+    n = len(x.dims)
+    a, b = _norm_dim(node.args[1], n), _norm_dim(node.args[2], n)
+    dims = list(x.dims)
+    dims[a], dims[b] = dims[b], dims[a]
+    return TV(x.value, tuple(dims), x.dtype)
+
+
+@handles(aten.t, shape=True)
+def _t(I, node, depth):
+    x = I.ev(node.args[0], depth)
+    return TV(x.value, tuple(reversed(x.dims)), x.dtype)
+
+
+@handles(aten.unsqueeze, shape=True)
+def _unsqueeze(I, node, depth):
+    x = I.ev(node.args[0], depth)
+    d = _norm_dim(node.args[1], len(x.dims) + 1)
+    dims = list(x.dims)
+    dims.insert(d, ())
+    return TV(x.value, tuple(dims), x.dtype)
+
+
+@handles(aten.squeeze, shape=True)
+def _squeeze(I, node, depth):
+    x = I.ev(node.args[0], depth)
+    in_shape = list(node.args[0].meta["val"].shape)
+    n = len(in_shape)
+    if len(node.args) > 1:
+        ds = node.args[1]
+        ds = [ds] if isinstance(ds, int) else list(ds)
+        ds = {_norm_dim(d, n) for d in ds}
+    else:
+        ds = set(range(n))
+    keep = [i for i in range(n) if not (i in ds and I.A.shapes.is_one(as_expr(in_shape[i])))]
+    return TV(x.value, tuple(x.dims[i] for i in keep), x.dtype)
+
+
+@handles(aten.expand, shape=True)
+def _expand(I, node, depth):
+    x = I.ev(node.args[0], depth)
+    out = I.out_shape(node)
+    n, k = len(out), len(x.dims)
+    dims = []
+    for j, z in enumerate(out):
+        i = j - (n - k)
+        if i >= 0 and x.dims[i]:
+            dims.append(x.dims[i])
+        else:
+            dims.append(I.A.dim(z))  # a broadcast index: the value does not depend on it
+    return TV(x.value, tuple(dims), x.dtype)
+
+
+@handles(aten.repeat, shape=True)
+def _repeat(I, node, depth):
+    x = I.ev(node.args[0], depth)
+    reps = list(node.args[1])
+    out = I.out_shape(node)
+    n, k = len(reps), len(x.dims)
+    dims = []
+    for j, r in enumerate(reps):
+        i = j - (n - k)
+        if i >= 0 and x.dims[i]:
+            if not I.A.shapes.is_one(as_expr(_val(r) if isinstance(r, fx.Node) else r)):
+                return None  # tiling real data: index arithmetic modulo a size, not read
+            dims.append(x.dims[i])
+        else:
+            dims.append(I.A.dim(out[j]))
+    return TV(x.value, tuple(dims), x.dtype)
+
+
+@handles(aten.slice, shape=True)
+def _slice(I, node, depth):
+    """A slice that keeps the whole dim (``x[:, None]`` under dynamic shapes) is a no-op."""
+    x = I.ev(node.args[0], depth)
+    n = len(x.dims)
+    dim = _norm_dim(_arg(node, 1, "dim", 0), n)
+    start, step = _arg(node, 2, "start", None), _arg(node, 4, "step", 1)
+    size_in = node.args[0].meta["val"].shape[dim]
+    size_out = node.meta["val"].shape[dim]
+    if start in (0, None) and step == 1 and I.A.shapes.eq(as_expr(size_in), as_expr(size_out)):
+        return TV(x.value, x.dims, x.dtype)
+    return None
+
+
+@handles(aten.clone, aten.alias, aten.contiguous, aten.lift_fresh_copy, aten.detach, shape=True)
+def _same(I, node, depth):
+    x = I.ev(node.args[0], depth)
+    return TV(x.value, x.dims, x.dtype)
+
+
+def _cast(I, node, depth, dtype):
+    x = I.ev(node.args[0], depth)
+    src = x.dtype
+    if dtype is None or dtype == src:
+        return TV(x.value, x.dims, x.dtype)
+    if isinstance(x.value, Index):
+        ints = (torch.int64, torch.int32)
+        if not x.value.is_bool and src in ints and dtype in ints:
+            return TV(x.value, x.dims, dtype)
+        return None
+    if src is not None and src.is_floating_point and dtype.is_floating_point:
+        return TV(Cast(x.value, dtype), x.dims, dtype)
+    return None
+
+
+@handles(prims.convert_element_type, shape=True)
+def _convert(I, node, depth):
+    return _cast(I, node, depth, node.args[1])
+
+
+@handles(aten._to_copy, shape=True)
+def _to_copy(I, node, depth):
+    src, dst = node.args[0].meta["val"], node.meta["val"]
+    if src.device != dst.device:
+        return None
+    return _cast(I, node, depth, dst.dtype)
+
+
+# ---- constants and indices -------------------------------------------------------------------
+@handles(aten.scalar_tensor, aten.full, aten.full_like, aten.new_full)
+def _full(I, node, depth):
+    p = packet(node)
+    if p is aten.scalar_tensor:
+        v = node.args[0]
+    elif p is aten.full:
+        v = node.args[1]
+    else:
+        v = node.args[1] if p is aten.full_like else node.args[2]
+    if not isinstance(v, (int, float)):
+        return None
+    dt = node.meta["val"].dtype
+    dims = tuple(I.A.dim(z) for z in I.out_shape(node))
+    if dt.is_floating_point:
+        return TV(Const(float(v)), dims, dt)
+    if dt == torch.bool:
+        return TV(Index(sympy.true if v else sympy.false, is_bool=True), dims, dt)
+    if isinstance(v, float) and not v.is_integer():
+        return None
+    return TV(Index(sympy.Integer(int(v))), dims, dt)
+
+
+@handles(aten.zeros, aten.ones, aten.zeros_like, aten.ones_like, aten.new_zeros, aten.new_ones)
+def _zeros(I, node, depth):
+    v = 1 if "ones" in str(packet(node)) else 0
+    dt = node.meta["val"].dtype
+    dims = tuple(I.A.dim(z) for z in I.out_shape(node))
+    if dt.is_floating_point:
+        return TV(Const(float(v)), dims, dt)
+    if dt == torch.bool:
+        return None
+    return TV(Index(sympy.Integer(v)), dims, dt)
+
+
+@handles(prims.iota)
+def _iota(I, node, depth):
+    start, step = node.kwargs.get("start", 0), node.kwargs.get("step", 1)
+    return _range(I, node, start, step)
+
+
+@handles(aten.arange)
+def _arange(I, node, depth):
+    args = list(node.args)
+    if node.target == aten.arange.default:
+        start, step = 0, 1
+    elif node.target == aten.arange.start:
+        start, step = args[0], 1
+    elif node.target == aten.arange.start_step:
+        start, step = args[0], args[2] if len(args) > 2 else 1
+    else:
+        return None
+    return _range(I, node, start, step)
+
+
+def _range(I, node, start, step):
+    dt = node.meta["val"].dtype
+    if dt.is_floating_point or dt == torch.bool:
+        return None
+    vals = []
+    for v in (start, step):
+        if isinstance(v, fx.Node):
+            v = _val(v)
+        if isinstance(v, bool) or not isinstance(v, (int, torch.SymInt)):
+            return None
+        vals.append(as_expr(v))
+    (n,) = I.out_shape(node)
+    d = I.A.dim(n)
+    i = I.A.symbol(d[0]) if d else sympy.Integer(0)
+    return TV(Index(vals[0] + vals[1] * i), (d,), dt)
+
+
+# ---- elementwise -----------------------------------------------------------------------------
+def _binary(I, node, depth):
+    a = I.ev(node.args[0], depth)
+    b = I.ev(node.args[1], depth)
+    return a, b, I.bcast(node, [a, b])
+
+
+@handles(aten.relu)
+def _relu(I, node, depth):
+    x = I.ev(node.args[0], depth)
+    if not I.is_float(x):
+        return None
+    return TV(Relu(x.value), x.dims, node.meta["val"].dtype)
+
+
+def _index_minmax(I, node, x, lo, hi):
+    e = I.index_of(x)
+    if e is None:
+        return None
+    for bound, fn in ((lo, sympy.Max), (hi, sympy.Min)):
+        if bound is None:
+            continue
+        bv = _val(bound) if isinstance(bound, fx.Node) else bound
+        if isinstance(bv, bool) or not isinstance(bv, (int, torch.SymInt)):
+            return None
+        e = fn(e, as_expr(bv))
+    return TV(I.new_index(e, [x]), x.dims, node.meta["val"].dtype)
+
+
+@handles(aten.clamp_min)
+def _clamp_min(I, node, depth):
+    x = I.ev(node.args[0], depth)
+    m = node.args[1]
+    if I.is_float(x):
+        if isinstance(m, (int, float)) and not isinstance(m, bool) and m == 0:
+            return TV(Relu(x.value), x.dims, node.meta["val"].dtype)
+        return None
+    return _index_minmax(I, node, x, m, None)
+
+
+@handles(aten.clamp)
+def _clamp(I, node, depth):
+    x = I.ev(node.args[0], depth)
+    lo, hi = _arg(node, 1, "min"), _arg(node, 2, "max")
+    if isinstance(lo, fx.Node) and isinstance(_val(lo), torch.Tensor):
+        return None  # clamp.Tensor
+    if I.is_float(x):
+        if hi is None and isinstance(lo, (int, float)) and not isinstance(lo, bool) and lo == 0:
+            return TV(Relu(x.value), x.dims, node.meta["val"].dtype)
+        return None
+    return _index_minmax(I, node, x, lo, hi)
+
+
+@handles(aten.maximum, aten.minimum)
+def _maxmin(I, node, depth):
+    a, b, dims = _binary(I, node, depth)
+    ea, eb = I.index_of(a), I.index_of(b)
+    if ea is None or eb is None:
+        return None
+    fn = sympy.Max if packet(node) is aten.maximum else sympy.Min
+    return TV(I.new_index(fn(ea, eb), [a, b]), dims, node.meta["val"].dtype)
+
+
+@handles(aten.mul)
+def _mul(I, node, depth):
+    a, b, dims = _binary(I, node, depth)
+    dt = node.meta["val"].dtype
+    ea, eb = I.index_of(a), I.index_of(b)
+    if ea is not None and eb is not None and not dt.is_floating_point:
+        return TV(I.new_index(ea * eb, [a, b]), dims, dt)
+    if I.is_float(a) and I.is_float(b) and dt.is_floating_point:
+        return TV(Mul((a.value, b.value)), dims, dt)
+    return None
+
+
+@handles(aten.neg)
+def _neg(I, node, depth):
+    x = I.ev(node.args[0], depth)
+    dt = node.meta["val"].dtype
+    e = I.index_of(x)
+    if e is not None:
+        return TV(I.new_index(-e, [x]), x.dims, dt)
+    if I.is_float(x):
+        return TV(Mul((x.value, Const(-1.0))), x.dims, dt)
+    return None
+
+
+@handles(aten.div)
+def _div(I, node, depth):
+    a, b, dims = _binary(I, node, depth)
+    dt = node.meta["val"].dtype
+    mode = node.kwargs.get("rounding_mode")
+    if mode is None:
+        c = b.value.value if isinstance(b.value, Const) else None
+        if I.is_float(a) and c not in (None, 0) and dt.is_floating_point:
+            return TV(Mul((a.value, Const(1.0 / c))), dims, dt)
+        return None
+    if mode == "floor":
+        return _floordiv(I, a, b, dims, dt)
+    return None
+
+
+def _floordiv(I, a, b, dims, dt):
+    ea, eb = I.index_of(a), I.index_of(b)
+    if ea is None or eb is None or dt.is_floating_point:
+        return None
+    if not (eb.is_integer and (eb.is_positive or eb.is_negative)):
+        return None  # a divisor of unknown sign (or zero): not read
+    return TV(I.new_index(sympy.floor(ea / eb), [a, b]), dims, dt)
+
+
+@handles(aten.floor_divide)
+def _floor_divide(I, node, depth):
+    a, b, dims = _binary(I, node, depth)
+    return _floordiv(I, a, b, dims, node.meta["val"].dtype)
+
+
+def _add_like(I, node, depth, sign):
+    a, b, dims = _binary(I, node, depth)
+    alpha = node.kwargs.get("alpha", 1)
+    dt = node.meta["val"].dtype
+    ea, eb = I.index_of(a), I.index_of(b)
+    if ea is not None and eb is not None and not dt.is_floating_point:
+        if not isinstance(alpha, int):
+            return None
+        return TV(I.new_index(ea + sign * alpha * eb, [a, b]), dims, dt)
+    if I.is_float(a) and I.is_float(b) and dt.is_floating_point:
+        bv = b.value
+        if sign * alpha != 1:
+            if isinstance(bv, Const):
+                bv = Const(bv.value * sign * alpha)
+            else:
+                bv = Mul((bv, Const(float(sign * alpha))))
+        return TV(Add(a.value, bv), dims, dt)
+    return None
+
+
+@handles(aten.add)
+def _add(I, node, depth):
+    return _add_like(I, node, depth, 1)
+
+
+@handles(aten.sub)
+def _sub(I, node, depth):
+    return _add_like(I, node, depth, -1)
+
+
+_CMP = {aten.ge: sympy.Ge, aten.gt: sympy.Gt, aten.le: sympy.Le, aten.lt: sympy.Lt,
+        aten.eq: sympy.Eq, aten.ne: sympy.Ne}
+
+
+def _exact_small(x) -> bool:
+    """Integers of magnitude <= 256 (and +-inf) are the same in every float dtype, so
+    comparing them symbolically agrees with comparing them in the tensor's dtype."""
+    return isinstance(x, (int, float)) and (math.isinf(x) or (float(x).is_integer() and abs(x) <= 256))
+
+
+def _selection(tv: TV):
+    """(cond, x, y) for a float where(cond, x, y) of two constants (a float 0/1 mask, e.g.
+    tril(ones)), or (True, c, c) for a constant; None otherwise."""
+    v = tv.value
+    while isinstance(v, Cast):
+        v = v.x
+    if isinstance(v, Const) and _exact_small(v.value):
+        return sympy.true, v.value, v.value
+    if (isinstance(v, Where) and v.cond.expr is not None and not v.cond.leaves
+            and isinstance(v.a, Const) and isinstance(v.b, Const)
+            and _exact_small(v.a.value) and _exact_small(v.b.value)):
+        return v.cond.expr, v.a.value, v.b.value
+    return None
+
+
+def _branchwise(rel, sel, other, flip):
+    """rel(where(c, x, y), o) == (c & rel(x, o)) | (~c & rel(y, o)) for constants x, y, o."""
+    c, x, y = sel
+    fx_, fy = (rel(other, x), rel(other, y)) if flip else (rel(x, other), rel(y, other))
+    return sympy.Or(sympy.And(c, fx_), sympy.And(sympy.Not(c), fy))
+
+
+@handles(*_CMP)
+def _compare(I, node, depth):
+    a, b, dims = _binary(I, node, depth)
+    rel = _CMP[packet(node)]
+    ea, eb = I.index_of(a), I.index_of(b)
+    if ea is not None and eb is not None:
+        return TV(I.new_index(rel(ea, eb), [a, b], is_bool=True), dims, torch.bool)
+    sa, sb = _selection(a), _selection(b)
+    if sa is not None and sb is not None and (sa[0] == sympy.true or sb[0] == sympy.true):
+        sel, other, flip = (sa, sb[1], False) if sb[0] == sympy.true else (sb, sa[1], True)
+        expr = _branchwise(lambda x, y: sympy.sympify(rel(sympy.Float(x) if isinstance(x, float) else x,
+                                                          sympy.Float(y) if isinstance(y, float) else y)),
+                           sel, other, flip)
+        return TV(Index(expr, is_bool=True), dims, torch.bool)
+    return None
+
+
+_LOGIC = {aten.logical_and: sympy.And, aten.bitwise_and: sympy.And, aten.__and__: sympy.And,
+          aten.logical_or: sympy.Or, aten.bitwise_or: sympy.Or, aten.__or__: sympy.Or,
+          aten.logical_xor: sympy.Xor, aten.bitwise_xor: sympy.Xor}
+
+
+@handles(*_LOGIC)
+def _logic(I, node, depth):
+    a, b, dims = _binary(I, node, depth)
+    ba, bb = I.bool_of(a), I.bool_of(b)
+    if ba is None or bb is None:
+        return None
+    if ba.expr is None or bb.expr is None:
+        expr = None
+    else:
+        expr = _LOGIC[packet(node)](ba.expr, bb.expr)
+    return TV(I.new_index(expr, [a, b], is_bool=True), dims, torch.bool)
+
+
+@handles(aten.logical_not, aten.bitwise_not)
+def _not(I, node, depth):
+    x = I.ev(node.args[0], depth)
+    bx = I.bool_of(x)
+    if bx is None:
+        return None
+    expr = None if bx.expr is None else sympy.Not(bx.expr)
+    return TV(I.new_index(expr, [x], is_bool=True), x.dims, torch.bool)
+
+
+@handles(aten.where)
+def _where(I, node, depth):
+    c = I.ev(node.args[0], depth)
+    a = I.ev(node.args[1], depth)
+    b = I.ev(node.args[2], depth)
+    cond = I.bool_of(c)
+    dt = node.meta["val"].dtype
+    if cond is None or not dt.is_floating_point or not (I.is_float(a) and I.is_float(b)):
+        return None
+    dims = I.bcast(node, [c, a, b])
+    return TV(Where(cond, a.value, b.value), dims, dt)
+
+
+@handles(aten.masked_fill)
+def _masked_fill(I, node, depth):
+    x = I.ev(node.args[0], depth)
+    m = I.ev(node.args[1], depth)
+    fill = I.ev(node.args[2], depth)
+    cond = I.bool_of(m)
+    dt = node.meta["val"].dtype
+    if cond is None or not dt.is_floating_point or not isinstance(fill.value, Const):
+        return None
+    dims = I.bcast(node, [x, m])
+    return TV(Where(cond, Const(float(fill.value.value)), x.value), dims, dt)
+
+
+# ---- reductions and products -----------------------------------------------------------------
+def _reduce_dims(node, n):
+    ds = _arg(node, 1, "dim")
+    if ds is None or (isinstance(ds, (list, tuple)) and len(ds) == 0):
+        return list(range(n))
+    if isinstance(ds, int):
+        ds = [ds]
+    return sorted({_norm_dim(d, n) for d in ds})
+
+
+@handles(aten.sum, aten.mean)
+def _sum(I, node, depth):
+    x = I.ev(node.args[0], depth)
+    if not I.is_float(x) or isinstance(x.value, Const):
+        return None
+    n = len(x.dims)
+    if node.target in (aten.sum.default, aten.mean.default):
+        ds, keep = list(range(n)), False
+    else:
+        ds, keep = _reduce_dims(node, n), bool(_arg(node, 2, "keepdim", False))
+    atoms = tuple(a for d in ds for a in I.A.flat_dim(x.dims[d]))
+    dims = tuple((() if i in ds else x.dims[i]) for i in range(n) if keep or i not in ds)
+    dt = node.meta["val"].dtype
+    value = Sum(x.value, atoms)
+    if packet(node) is aten.mean:
+        count = sympy.Mul(*[I.A.size(a) for a in atoms])
+        if not count.is_Integer:
+            return None
+        value = Mul((value, Const(1.0 / int(count))))
+    return TV(value, dims, dt)
+
+
+@handles(aten.bmm)
+def _bmm(I, node, depth):
+    a = I.ev(node.args[0], depth)
+    b = I.ev(node.args[1], depth)
+    if not (I.is_float(a) and I.is_float(b)):
+        return None
+    (na, m, ca), (nb, cb, p) = a.dims, b.dims
+    n = _join(I, na, nb)
+    c = _join(I, ca, cb)
+    return TV(Contract(a.value, b.value, I.A.flat_dim(c)), (n, m, p), node.meta["val"].dtype)
+
+
+@handles(aten.mm)
+def _mm(I, node, depth):
+    a = I.ev(node.args[0], depth)
+    b = I.ev(node.args[1], depth)
+    if not (I.is_float(a) and I.is_float(b)):
+        return None
+    (m, ca), (cb, p) = a.dims, b.dims
+    c = _join(I, ca, cb)
+    return TV(Contract(a.value, b.value, I.A.flat_dim(c)), (m, p), node.meta["val"].dtype)
+
+
+def _join(I, x, y):
+    """The shared dim of two operands of a product (either may be broadcast)."""
+    x, y = I.A.flat_dim(x), I.A.flat_dim(y)
+    if x and y:
+        I.A.unify(x, y)
+        return I.A.flat_dim(x)
+    return x or y
+

@@ -1,0 +1,202 @@
+"""Shared helpers for tests/test_pass_*.py (compiling, counting swaps, fp64 oracles)."""
+from __future__ import annotations
+
+import copy
+import os
+import sys
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+if sys.path[0] != ROOT:
+    sys.path.insert(0, ROOT)
+os.environ.setdefault("INDUCTOR_DSA_STRICT", "1")  # a matcher bug fails the test, not silently skips
+
+import torch  # noqa: E402
+import torch._inductor.config as inductor_config  # noqa: E402
+from torch._inductor.custom_graph_pass import CustomGraphPass  # noqa: E402
+from torch.overrides import TorchFunctionMode  # noqa: E402
+
+import inductor_dsa  # noqa: E402
+from inductor_dsa import lowering, reference  # noqa: E402
+from inductor_dsa.lowering.install import _with_ours  # noqa: E402
+
+assert os.path.abspath(inductor_dsa.__file__).startswith(ROOT), (
+    f"tests import inductor_dsa from {inductor_dsa.__file__}, not from this checkout {ROOT}")
+
+inductor_config.force_disable_caches = True  # a cached graph would skip the pass
+
+
+class SnapshotPass(CustomGraphPass):
+    """Runs the inductor_dsa pass and keeps the graph's code before and after it."""
+
+    def __init__(self):
+        self.inner = _with_ours(None)
+        self.before, self.after = [], []
+
+    def __call__(self, graph):
+        self.before.append(graph.python_code("self").src)
+        self.inner(graph)
+        self.after.append(graph.python_code("self").src)
+
+    def uuid(self):
+        return None
+
+
+def _run_fx_graph(gm, example_inputs, **kwargs):
+    from torch._functorch.aot_autograd import make_boxed_func
+    gm.recompile()
+    return make_boxed_func(gm.forward)
+
+
+def pass_only_backend(snapshot: SnapshotPass | None = None):
+    """Inductor's own compile_fx (decompositions, functionalization, joint-graph passes with
+    ours first) with the final code generation replaced by running the FX graph: the graph our
+    pass rewrites is exactly the one Inductor would generate code for, at a fraction of the
+    CPU time. Tests that need real code generation use ``inductor_dsa.backend``."""
+    from torch._inductor.compile_fx import compile_fx
+
+    def backend(gm, example_inputs):
+        p = snapshot if snapshot is not None else _with_ours(None)
+        return compile_fx(gm, example_inputs, inner_compile=_run_fx_graph,
+                          config_patches={"joint_custom_pre_pass": p})
+    return backend
+
+
+def compile_run(fn, args, backend=None, dynamic=None):
+    """Compile ``fn`` fresh, run it on ``args``; returns (output, swap counts)."""
+    torch._dynamo.reset()
+    lowering.reset()
+    backend = backend if backend is not None else pass_only_backend()
+    with torch.no_grad():
+        out = torch.compile(fn, backend=backend, dynamic=dynamic, fullgraph=True)(*args)
+    return out, dict(lowering.counters)
+
+
+# ---- fp64 oracle --------------------------------------------------------------------------------
+_DOWNCASTS = {torch.Tensor.float, torch.Tensor.half, torch.Tensor.bfloat16}
+
+
+class CaptureTopk(TorchFunctionMode):
+    """Records the input of every top-k call; keeps float64 through explicit float casts
+    (``.float()``, ``.to(torch.float32)``) so the oracle really is float64."""
+
+    def __init__(self):
+        super().__init__()
+        self.inputs = []
+
+    def __torch_function__(self, func, types, args=(), kwargs=None):
+        kwargs = kwargs or {}
+        if func in (torch.topk, torch.Tensor.topk):
+            self.inputs.append(args[0].detach().clone())
+        if func in _DOWNCASTS and args[0].dtype == torch.float64:
+            return args[0]
+        if func is torch.Tensor.to and args[0].dtype == torch.float64:
+            dt = kwargs.get("dtype", args[1] if len(args) > 1 else None)
+            if isinstance(dt, torch.dtype) and dt.is_floating_point:
+                return args[0]
+        return func(*args, **kwargs)
+
+
+def to64(x):
+    if isinstance(x, torch.nn.Module):
+        return copy.deepcopy(x).double()
+    if isinstance(x, torch.Tensor) and x.is_floating_point():
+        return x.detach().double()
+    if isinstance(x, (tuple, list)):
+        return type(x)(to64(a) for a in x)
+    return x
+
+
+def oracle(fn, args):
+    """(output, captured top-k inputs) of ``fn`` run eagerly in float64 on the same values."""
+    prev = torch.get_default_dtype()
+    torch.set_default_dtype(torch.float64)
+    try:
+        with torch.no_grad(), CaptureTopk() as cap:
+            out = fn(*to64(args))
+    finally:
+        torch.set_default_dtype(prev)
+    return out, cap.inputs
+
+
+def masked_to_inf(logits64):
+    """Scores at or below any float dtype's finfo.min are masked: make them -inf."""
+    return logits64.masked_fill(logits64 <= torch.finfo(torch.bfloat16).min, float("-inf"))
+
+
+def check_topk(indices, logits64, k, *, post=False, values=None, rel_tol=1e-2):
+    """Assert ``indices`` (and ``values``) are a valid top-k of the fp64 oracle logits.
+
+    Without ``post``, slots past a row's visible count must hold distinct masked columns
+    (what eager top-k returns there); they are mapped to -1 before the set comparison.
+    """
+    logits64 = masked_to_inf(logits64).reshape(-1, logits64.shape[-1])
+    idx = indices.reshape(-1, indices.shape[-1]).long()
+    assert idx.shape[1] == k
+    vis = torch.isfinite(logits64)
+    if not post:
+        assert ((idx >= 0) & (idx < logits64.shape[1])).all(), "an index outside [0, K)"
+        for r in range(idx.shape[0]):
+            assert idx[r].unique().numel() == k, f"row {r}: repeated index {idx[r].tolist()}"
+        hidden = ~torch.gather(vis, 1, idx)
+        idx = idx.masked_fill(hidden, -1)
+    msg = reference.topk_mismatch(idx, logits64, k, rel_tol=rel_tol)
+    assert msg is None, msg
+    if values is not None:
+        v = values.reshape(-1, k).double()
+        safe = idx.clamp(min=0)
+        want = torch.gather(logits64, 1, safe)
+        real = idx >= 0
+        tol = 1e-3 + rel_tol * want[real].abs().max() if real.any() else 0
+        assert ((v[real] - want[real]).abs() <= tol).all(), "top-k values differ from the oracle"
+        fills = v[~real]
+        assert ((fills == float("-inf")) | (fills <= torch.finfo(torch.bfloat16).min)).all(), \
+            "empty slots must hold the mask fill"
+
+
+def check_logits(out, ref64, eager=None, rel_tol=1e-2):
+    """Finite entries close to the fp64 oracle (and no worse than eager), masked entries equal."""
+    ref = masked_to_inf(ref64)
+    o = masked_to_inf(out.double())
+    assert o.shape == ref.shape
+    fin = torch.isfinite(ref)
+    assert torch.equal(fin, torch.isfinite(o)), "masked positions differ"
+    err = (o[fin] - ref[fin]).abs().max().item() if fin.any() else 0.0
+    scale = ref[fin].abs().max().item() if fin.any() else 1.0
+    assert err <= 1e-4 + rel_tol * scale, f"max error {err} vs scale {scale}"
+    if eager is not None and fin.any():
+        e_err = (masked_to_inf(eager.double())[fin] - ref[fin]).abs().max().item()
+        assert err <= e_err * 1.05 + 1e-6, f"fused error {err} worse than eager {e_err}"
+
+
+def first_tensor_outputs(out):
+    return list(out) if isinstance(out, (tuple, list)) else [out]
+
+
+def case_args(case, dtype, seed=0):
+    made = case.make(dtype, seed)
+    if isinstance(made[0], torch.nn.Module):  # (module, inputs): the snippet calls the module
+        return (made[0], made[1])
+    return made
+
+
+def check_case(case, dtype, args, out, eager):
+    """Check a compiled corpus result against the fp64 oracle and eager's dtypes/shapes."""
+    ref, captured = oracle(case.fn, args)
+    tol = 3e-2 if dtype == torch.bfloat16 else 1e-3
+    if case.kind == "logits":
+        assert out.dtype == eager.dtype and out.shape == eager.shape
+        check_logits(out, ref, eager, rel_tol=tol)
+        return
+    (logits64,) = captured
+    if case.outputs == "both":
+        (vals, idx), (evals, eidx) = out, eager
+        assert vals.dtype == evals.dtype and idx.dtype == eidx.dtype == torch.int64
+        assert vals.shape == evals.shape and idx.shape == eidx.shape
+        check_topk(idx, logits64, idx.shape[-1], values=vals, rel_tol=tol)
+        return
+    assert out.dtype == eager.dtype and out.shape == eager.shape
+    if case.outputs == "indices":
+        check_topk(out, logits64, out.shape[-1], post=case.post, rel_tol=tol)
+    else:  # values only: compare with the oracle's sorted top-k values
+        want = torch.topk(masked_to_inf(logits64), out.shape[-1], dim=-1).values
+        torch.testing.assert_close(out.double(), want, rtol=tol, atol=1e-3)

@@ -1,0 +1,35 @@
+"""Near-misses: subgraphs that look like the indexer but compute something else.
+
+Each must come out of the pass byte-for-byte unchanged (the FX graph's code before and
+after our pass is compared), with no swap counted, and compute what eager computes.
+With INDUCTOR_DSA_DEBUG=1 the report must say why the candidate was rejected.
+"""
+import pytest
+import torch
+
+from pass_corpus import NEAR_MISSES
+from pass_helpers import SnapshotPass, compile_run, first_tensor_outputs, pass_only_backend
+
+from inductor_dsa import lowering
+
+
+@pytest.mark.parametrize("case", NEAR_MISSES, ids=[c.name for c in NEAR_MISSES])
+def test_near_miss_is_left_untouched(case, monkeypatch):
+    monkeypatch.setenv("INDUCTOR_DSA_DEBUG", "1")
+    args = case.make(torch.float32, 0)
+    snap = SnapshotPass()
+    out, counts = compile_run(case.fn, args, backend=pass_only_backend(snap))
+    assert counts == {}, f"a near-miss was swapped: {counts}"
+    assert snap.before, "the pass did not run"
+    assert snap.before == snap.after, "the pass changed a graph it did not swap"
+    with torch.no_grad():
+        eager = case.fn(*args)
+    for o, e in zip(first_tensor_outputs(out), first_tensor_outputs(eager)):
+        assert o.dtype == e.dtype and o.shape == e.shape
+        if o.is_floating_point():
+            torch.testing.assert_close(o, e, rtol=1e-5, atol=1e-5)
+        else:
+            assert torch.equal(o, e)
+    if case.reject is not None:
+        reasons = [r.reason for r in lowering.report().rejections]
+        assert any(case.reject in r for r in reasons), f"no rejection mentioning {case.reject!r}: {reasons}"

@@ -1,0 +1,37 @@
+"""The prefill indexer corpus: every spelling must be swapped, and stay correct.
+
+Compiled through Inductor's compile_fx with the pass (code generation replaced by running
+the rewritten FX graph, see pass_helpers.pass_only_backend); tests/test_pass_e2e.py covers
+real code generation. On CPU the inductor_dsa ops run the float64 reference.
+"""
+import contextlib
+
+import pytest
+import torch
+
+from pass_corpus import CASES
+from pass_helpers import case_args, check_case, compile_run
+
+PARAMS = [pytest.param(c, dt, id=f"{c.name}-{str(dt).replace('torch.', '')}")
+          for c in CASES for dt in c.dtypes]
+
+
+@contextlib.contextmanager
+def default_dtype(dt):
+    prev = torch.get_default_dtype()
+    torch.set_default_dtype(dt)
+    try:
+        yield
+    finally:
+        torch.set_default_dtype(prev)
+
+
+@pytest.mark.parametrize("case,dtype", PARAMS)
+def test_prefill_spelling_is_swapped_and_correct(case, dtype):
+    args = case_args(case, dtype)
+    with default_dtype(dtype if dtype == torch.bfloat16 else torch.float32):
+        out, counts = compile_run(case.fn, args)
+        with torch.no_grad():
+            eager = case.fn(*args)
+    assert counts == case.swaps, f"expected swaps {case.swaps}, got {counts}"
+    check_case(case, dtype, args, out, eager)
