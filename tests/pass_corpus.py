@@ -291,6 +291,21 @@ def make_decode(dtype, seed, bsz=3, page=16, pages=4):
     return q, cache, w, table, lens
 
 
+def logits_finfo_selected(q, k, w):
+    """Logits only, causal, masked entries set to finfo.min by where()."""
+    s = (_s3(q, k).relu() * w.unsqueeze(-1)).sum(1)
+    hide = torch.arange(k.shape[0])[None, :] > torch.arange(q.shape[0])[:, None]
+    return torch.where(hide, torch.finfo(s.dtype).min, s)
+
+
+def logits_finfo_added(q, k, w, window=5):
+    """Logits only, a sliding window added as where(mask, finfo.min, 0)."""
+    s = (_s3(q, k).relu() * w.unsqueeze(-1)).sum(1)
+    t, j = torch.arange(q.shape[0])[:, None], torch.arange(k.shape[0])[None, :]
+    outside = (j > t) | (j < t - window)
+    return s + torch.where(outside, torch.finfo(s.dtype).min, 0.0)
+
+
 def _s3(q, k):
     return torch.einsum("thd,kd->thk", q, k)
 
@@ -328,6 +343,10 @@ CASES = [
     Case("tril_keep_bool", tril_keep_bool, _qkw, {"indexer_topk": 1}, outputs="both"),
     Case("tril_float_eq0", tril_float_eq0, _qkw, {"indexer_topk": 1}, outputs="both"),
     Case("tril_inverted_late_start", tril_inverted, _qkw, {"indexer_topk": 1}, outputs="both"),
+    Case("logits_finfo_selected", logits_finfo_selected, _qkw, {"indexer_logits": 1}, kind="logits",
+         dtypes=(torch.float32, torch.bfloat16)),
+    Case("logits_finfo_added_window", logits_finfo_added, _qkw, {"indexer_logits": 1}, kind="logits",
+         dtypes=(torch.float32, torch.bfloat16)),
     Case("decode_dense_gather_context_lens", decode_dense_gather, make_decode, {"indexer_topk": 1},
          outputs="both", dtypes=(torch.float32, torch.bfloat16),
          notes="key dim = (page, offset): the mask is read through the linear key index"),

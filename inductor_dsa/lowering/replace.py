@@ -17,7 +17,7 @@ import sympy
 import torch
 import torch.fx as fx
 
-from .. import ops  # noqa: F401  (registers torch.ops.inductor_dsa.*)
+from .. import ops, reference  # noqa: F401  (ops registers torch.ops.inductor_dsa.*)
 from ..patterns.algebra import Atoms, Reject
 from ..patterns.indexer import IndexerForm, Term
 
@@ -34,20 +34,15 @@ def _is_tensor(x):
     return isinstance(x, torch.Tensor)
 
 
-def _max(a, b):
+def _extreme(a, b, largest: bool):
+    """max (largest) or min of two values, each a tensor or a (Sym)Int."""
     if _is_tensor(a) or _is_tensor(b):
         if not _is_tensor(a):
             a, b = b, a
-        return torch.maximum(a, b) if _is_tensor(b) else torch.clamp(a, min=b)
-    return torch.sym_max(a, b)
-
-
-def _min(a, b):
-    if _is_tensor(a) or _is_tensor(b):
-        if not _is_tensor(a):
-            a, b = b, a
-        return torch.minimum(a, b) if _is_tensor(b) else torch.clamp(a, max=b)
-    return torch.sym_min(a, b)
+        if _is_tensor(b):
+            return torch.maximum(a, b) if largest else torch.minimum(a, b)
+        return torch.clamp(a, min=b) if largest else torch.clamp(a, max=b)
+    return torch.sym_max(a, b) if largest else torch.sym_min(a, b)
 
 
 class Emit:
@@ -108,7 +103,7 @@ class Emit:
             vals = [self(a) for a in e.args]
             out = vals[0]
             for v in vals[1:]:
-                out = _max(out, v) if isinstance(e, sympy.Max) else _min(out, v)
+                out = _extreme(out, v, isinstance(e, sympy.Max))
             return out
         raise Reject(f"cannot evaluate {e} ({name})")
 
@@ -267,8 +262,7 @@ class Replacement:
         else:
             out = op(q3, None, k3.reshape(K, D), None, w2, ks.to(torch.int32), ke.to(torch.int32))
         if f.fill is not None and f.fill != -math.inf:
-            j = torch.arange(K, device=out.device, dtype=torch.int64)
-            vis = (j >= ks.unsqueeze(1)) & (j < ke.unsqueeze(1))
+            vis = reference.visible_mask(ks, ke, K)
             out = torch.where(vis, out, torch.full((), f.fill, dtype=out.dtype, device=out.device))
         out = out.to(f.out_dtype)
         return self._unarrange(out, f.keys)
