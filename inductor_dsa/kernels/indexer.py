@@ -61,6 +61,22 @@ def _query_tile(q, qx, w, t0, T, H, sq_t, sq_h, sq_d, sqx_t, sqx_h, sw_t, sw_h,
 
 
 @triton.jit
+def _score_rows(qT, wv, kt, row_scale, BT: tl.constexpr, HP: tl.constexpr, BN: tl.constexpr,
+                DOT_DTYPE: tl.constexpr):
+    """logits^T [BN, BT] fp32 of a decoded key tile ``kt`` [BN, D] (already in the dot dtype):
+    sum over each token's HP columns of relu(kt @ qT * row_scale) * w. ``row_scale`` (fp32 [BN],
+    FP8 keys) multiplies before the relu; None means 1."""
+    if DOT_DTYPE == tl.float32:
+        acc = tl.dot(kt, qT, input_precision="ieee")
+    else:
+        acc = tl.dot(kt, qT)
+    if row_scale is not None:
+        acc = acc * row_scale[:, None]
+    acc = tl.maximum(acc, 0.0) * wv[None, :]
+    return tl.sum(tl.reshape(acc, (BN, BT, HP)), axis=2)
+
+
+@triton.jit
 def _score_block(qT, wv, k, kx, j0, K, sk_k, sk_d, skx_k,
                  K_FMT: tl.constexpr, K_ROW_SCALE: tl.constexpr, FNUZ: tl.constexpr,
                  BT: tl.constexpr, HP: tl.constexpr, BN: tl.constexpr, D: tl.constexpr,
@@ -70,14 +86,11 @@ def _score_block(qT, wv, k, kx, j0, K, sk_k, sk_d, skx_k,
     jm = j < K
     j64 = j.to(tl.int64)
     kt = _load_rows(k, kx, j64 * sk_k, j64 * skx_k, jm, sk_d, K_FMT, FNUZ, BN, D).to(DOT_DTYPE)
-    if DOT_DTYPE == tl.float32:
-        acc = tl.dot(kt, qT, input_precision="ieee")
-    else:
-        acc = tl.dot(kt, qT)
     if K_ROW_SCALE:
-        acc = acc * tl.load(kx + j64 * skx_k, mask=jm, other=0.0)[:, None]
-    acc = tl.maximum(acc, 0.0) * wv[None, :]
-    return tl.sum(tl.reshape(acc, (BN, BT, HP)), axis=2)
+        blk = _score_rows(qT, wv, kt, tl.load(kx + j64 * skx_k, mask=jm, other=0.0), BT, HP, BN, DOT_DTYPE)
+    else:
+        blk = _score_rows(qT, wv, kt, None, BT, HP, BN, DOT_DTYPE)
+    return blk
 
 
 @triton.jit
@@ -132,8 +145,14 @@ def _fill_outside(row, tm, lo, hi, K, BT: tl.constexpr, BN: tl.constexpr):
 
 
 @triton.jit
-def select_row(src, s, e, out_v, out_i, TOPK: tl.constexpr, TOPK_P2: tl.constexpr, CH: tl.constexpr):
+def select_row(src, s, e, out_v, out_i, TOPK: tl.constexpr, TOPK_P2: tl.constexpr, CH: tl.constexpr,
+               SORTED: tl.constexpr = True, src_idx=None):
     """Top-TOPK of src[s:e] (fp32, columns s..e-1) into out_v/out_i[0:TOPK], sorted descending.
+
+    ``src_idx`` (int32, same positions as ``src``) replaces the column number written to out_i
+    (a merge of candidate lists); ties still go to the lower position, so positions must be in
+    ascending index order among equal scores. Without SORTED the min(TOPK, e - s) winners are
+    left in ascending position order and nothing else is written (no sort, no padding).
 
     Radix select: 4 passes of 8-bit histograms over uint32 keys find the threshold key
     ``thr`` and how many elements equal to it to keep (``need``); then one compaction pass
@@ -171,10 +190,21 @@ def select_row(src, s, e, out_v, out_i, TOPK: tl.constexpr, TOPK_P2: tl.constexp
         eq_rank = eq_seen + tl.cumsum(eq.to(tl.int32), 0) - 1
         take = (m & (key > thr)) | (eq & (eq_rank < need))
         pos = taken + tl.cumsum(take.to(tl.int32), 0) - 1
+        if src_idx is not None:
+            idx = tl.load(src_idx + cols, mask=take, other=-1)
+        else:
+            idx = cols
         tl.store(out_v + pos, tl.where(x != x, float("-inf"), x), mask=take & (pos < TOPK))
-        tl.store(out_i + pos, cols, mask=take & (pos < TOPK))
+        tl.store(out_i + pos, idx, mask=take & (pos < TOPK))
         taken += tl.sum(take.to(tl.int32), 0)
         eq_seen += tl.sum(eq.to(tl.int32), 0)
+    if SORTED:
+        _sort_winners(out_v, out_i, taken, TOPK, TOPK_P2)
+
+
+@triton.jit
+def _sort_winners(out_v, out_i, taken, TOPK: tl.constexpr, TOPK_P2: tl.constexpr):
+    """Sort the ``taken`` winners in out_v/out_i descending (ties: lower index first); pad to TOPK."""
     tl.debug_barrier()
     p = tl.arange(0, TOPK_P2)
     valid = p < taken
