@@ -89,8 +89,9 @@ def _cuda(rep: Report, kernel, num_warps: int) -> None:
 
 
 def compile_variant(target: str, name, fn, signature, constexprs, options) -> Report:
-    """Compile one variant; kernels without tl.dot (named '*select*', '*merge*') need no matrix unit."""
-    rep = Report(name, needs_matrix=not any(w in name for w in ("select", "merge")))
+    """Compile one variant; kernels without tl.dot (named '*select*', '*merge*', '*gather*') need no
+    matrix unit."""
+    rep = Report(name, needs_matrix=not any(w in name for w in ("select", "merge", "gather")))
     try:
         kernel = triton.compile(ASTSource(fn, signature, constexprs), target=TARGETS[target], options=options)
         (_amd if target == "gfx942" else _cuda)(rep, kernel, options.get("num_warps", 4))

@@ -5,3 +5,5 @@ def aot_variants(target: str):
     """Every shipped (kernel, config) for ``target``, for ``python -m inductor_dsa.aot``."""
     from . import launch
     yield from launch.aot_variants(target)
+    from . import paged_launch
+    yield from paged_launch.aot_variants(target)

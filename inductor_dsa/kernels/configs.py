@@ -69,3 +69,46 @@ def target_for(device: torch.device) -> str:
     if device.type == "cpu":
         return "interpreter"
     return device_target(device.index if device.index is not None else torch.cuda.current_device())
+
+
+# --- paged (decode) indexer, kernels/paged_indexer.py ----------------------------------------
+
+@dataclass(frozen=True)
+class PagedConfig:
+    bn: int             # key rows per block: a divisor or a multiple of the 64-row page
+    rows: int           # query rows (tokens x padded heads) resident per program; more tokens -> groups
+    num_warps: int
+    num_stages: int
+    progs_per_sm: int   # persistent phase-1 programs per multiprocessor
+    chunk_min: int      # rows per sequence split, at least ...
+    chunk_max: int      # ... and at most this (bounds the per-program workspace: tokens x chunk fp32)
+    ch: int             # elements per chunk in the radix-select passes
+    logits_rows: int    # rows per program of paged_indexer_logits
+    merge_warps: int = 4
+    extra: dict = field(default_factory=dict)  # backend-specific knobs (gfx942 only)
+
+
+PAGED = {
+    "sm90": PagedConfig(bn=64, rows=256, num_warps=4, num_stages=2, progs_per_sm=2,
+                        chunk_min=1024, chunk_max=8192, ch=512, logits_rows=1024),
+    "gfx942": PagedConfig(bn=64, rows=256, num_warps=4, num_stages=2, progs_per_sm=2,
+                          chunk_min=1024, chunk_max=8192, ch=512, logits_rows=1024,
+                          extra={"matrix_instr_nonkdim": 16}),
+    "cuda": PagedConfig(bn=64, rows=128, num_warps=4, num_stages=2, progs_per_sm=2,
+                        chunk_min=1024, chunk_max=8192, ch=512, logits_rows=1024),
+    "interpreter": PagedConfig(bn=32, rows=16, num_warps=4, num_stages=1, progs_per_sm=1,
+                               chunk_min=64, chunk_max=128, ch=64, logits_rows=64),
+}
+PAGED_CPU_PROGRAMS = 3  # persistent programs under the interpreter (it runs them one by one)
+
+
+@functools.lru_cache(maxsize=None)
+def sm_count(index: int) -> int:
+    return torch.cuda.get_device_properties(index).multi_processor_count
+
+
+def persistent_programs(device: torch.device, per_sm: int) -> int:
+    """Persistent grid size: multiprocessors x per_sm on a GPU, a few under the interpreter."""
+    if device.type == "cpu":
+        return PAGED_CPU_PROGRAMS
+    return sm_count(device.index if device.index is not None else torch.cuda.current_device()) * per_sm
