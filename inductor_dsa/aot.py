@@ -88,12 +88,12 @@ def _cuda(rep: Report, kernel, num_warps: int) -> None:
     rep.occupancy = f"{min(by_regs, by_smem, 32)} CTA/SM"
 
 
-def compile_variant(target: str, name, fn, signature, constexprs, options) -> Report:
+def compile_variant(target: str, name, fn, signature, constexprs, options, attrs=None) -> Report:
     """Compile one variant; kernels without tl.dot (named '*select*', '*merge*', '*gather*') need no
     matrix unit."""
     rep = Report(name, needs_matrix=not any(w in name for w in ("select", "merge", "gather")))
     try:
-        kernel = triton.compile(ASTSource(fn, signature, constexprs), target=TARGETS[target], options=options)
+        kernel = triton.compile(ASTSource(fn, signature, constexprs, attrs), target=TARGETS[target], options=options)
         (_amd if target == "gfx942" else _cuda)(rep, kernel, options.get("num_warps", 4))
     except Exception as e:  # noqa: BLE001 - reported, and fails the run
         rep.error = f"{type(e).__name__}: {str(e).splitlines()[0][:200] if str(e) else ''}"
@@ -102,10 +102,10 @@ def compile_variant(target: str, name, fn, signature, constexprs, options) -> Re
 
 def run(target: str, only: str | None = None) -> list[Report]:
     reports = []
-    for name, fn, sig, consts, opts in aot_variants(target):
+    for name, fn, sig, consts, opts, *attrs in aot_variants(target):  # optional 6th: ASTSource attrs
         if only and only not in name:
             continue
-        rep = compile_variant(target, name, fn, sig, consts, opts)
+        rep = compile_variant(target, name, fn, sig, consts, opts, *attrs)
         status = "ok" if rep.ok(target) else "FAIL"
         print(f"{status:4} {name:58} regs={rep.regs:<4} spills={rep.spills:<4} lds={rep.lds:<6} "
               f"{'mfma' if target == 'gfx942' else 'wgmma'}={'yes' if rep.matrix else ('NO' if rep.needs_matrix else '-')} "

@@ -15,14 +15,20 @@ key copy, no [B, H, L] scores. Page ids outside [0, num_pages) and rows at or pa
 ``clamp(context_lens[b], 0, max_len)`` are never loaded (masked loads; such a page id inside the
 context reads as a zero row, score 0), so no data value can cause an out-of-bounds access.
 
-Top-k, ``paged_topk_kernel`` (phase 1), persistent: work items are (request, token group,
-sequence chunk of C rows); a request's rows are split into S chunks so that B x S items fill the
-GPU even at B = 1. Per item the program writes the chunk's NT x C scores into its own workspace
-slot (num_programs x NT x C fp32 in all, L2-sized; the [B, N, L] logits never exist), then per
-token runs the prefill ``select_row`` radix select over the chunk. With S = 1 that select writes
-the final sorted, padded top-k. With S > 1 it keeps the chunk's top min(topk, C) unsorted, in row
-order, in a partial list, and adds an 11-bit histogram of the list's keys to the row's global
-histogram (int atomics, so deterministic). Then
+Top-k. Work items are (request, token group, sequence chunk of C rows); a request's rows are
+split into S chunks so that B x S items fill the GPU even at B = 1. The launcher runs the items in
+waves of at most P (P = multiprocessors x progs_per_sm); per wave
+
+  ``paged_scores_kernel`` (one program per item) writes the chunk's NT x C scores into workspace
+    slot p of the wave (P x NT x C fp32 in all, L2-sized; the [B, N, L] logits never exist);
+  ``paged_select_kernel`` (one program per item and token) runs the prefill ``select_row`` radix
+    select over the chunk. With S = 1 it writes the final sorted, padded top-k. With S > 1 it
+    keeps the chunk's top min(topk, C) unsorted, in row order, in a partial list, and adds an
+    11-bit histogram of the list's keys to the row's global histogram (int atomics: deterministic).
+
+Scores and selection are separate kernels: the score loop wants registers (decode + dot), the
+select is latency-bound and wants many light programs; fused (one persistent kernel, as first
+written) the gfx942 build spilled ~230 SGPRs. After the last wave, when S > 1:
 
   ``paged_filter_kernel`` (one program per list): the row's threshold bin T is the largest bin
     with at least topk list entries at or above it; every final winner lies in bins >= T. The list
@@ -38,7 +44,7 @@ import triton
 import triton.language as tl
 
 from .decode import e4m3_bytes_to_f32, f32_to_key, load_mxfp4_rows
-from .indexer import _query_tile, _score_rows, select_row
+from .indexer import FMT_MXFP4, _query_tile, _score_rows, select_row
 
 PAGE = tl.constexpr(64)
 KV_MXFP4 = tl.constexpr(0)      # E2M1 codes + E8M0 scales, decoded in registers
@@ -49,23 +55,30 @@ HIST_SHIFT = tl.constexpr(21)
 
 
 @triton.jit
-def _page_rows(bt_row, j, jend, num_pages, skv):
-    """(valid mask, int64 byte offset of each row's page, row within the page) for rows j < jend."""
-    jm = j < jend
-    page = tl.load(bt_row + j // PAGE, mask=jm, other=-1)
-    ok = jm & (page >= 0) & (page < num_pages)
-    base = tl.where(ok, page, 0).to(tl.int64) * skv
-    return ok, base, j % PAGE
+def _page_id(bt_row, j0, jend):
+    """Block-table entry of row j0 (-1 when j0 >= jend: never read past the context)."""
+    return tl.load(bt_row + j0 // 64, mask=j0 < jend, other=-1)  # literal 64: j0 may be a Python int
 
 
 @triton.jit
-def _paged_block(qT, wv, kv, bt_row, j0, jend, num_pages, skv,
+def _page_rows(page, j0, jend, num_pages, skv, BN: tl.constexpr):
+    """Rows j0 .. j0+BN-1 of one page (BN divides 64, j0 a multiple of BN): (valid mask [BN],
+    int64 byte offset of the page, row within the page [BN]). The page id is one scalar per
+    block (a per-row lookup became 16 serialised scalar loads per block on gfx942)."""
+    r = j0 % 64 + tl.arange(0, BN)
+    live = (page >= 0) & (page < num_pages)
+    base = tl.where(live, page, 0).to(tl.int64) * skv
+    ok = (j0 + tl.arange(0, BN) < jend) & live
+    return ok, base, r
+
+
+@triton.jit
+def _paged_block(qT, wv, kv, page, j0, jend, num_pages, skv,
                  K_FMT: tl.constexpr, FNUZ: tl.constexpr, FP8_DTYPE: tl.constexpr,
                  NT: tl.constexpr, HP: tl.constexpr, BN: tl.constexpr, D: tl.constexpr,
                  DOT_DTYPE: tl.constexpr):
-    """logits^T [BN, NT] of request-local rows j0 .. j0+BN-1 (rows >= jend score 0)."""
-    j = j0 + tl.arange(0, BN)
-    ok, base, r = _page_rows(bt_row, j, jend, num_pages, skv)
+    """logits^T [BN, NT] of request-local rows j0 .. j0+BN-1, all in one page (rows >= jend score 0)."""
+    ok, base, r = _page_rows(page, j0, jend, num_pages, skv, BN)
     if K_FMT == KV_MXFP4:
         kt = load_mxfp4_rows(kv, kv, base + r * (D // 2), base + PAGE * (D // 2) + r * (D // 32), ok, BN, D)
         blk = _score_rows(qT, wv, kt.to(DOT_DTYPE), None, NT, HP, BN, DOT_DTYPE)
@@ -75,13 +88,24 @@ def _paged_block(qT, wv, kv, bt_row, j0, jend, num_pages, skv,
             kt = x.to(FP8_DTYPE, bitcast=True).to(DOT_DTYPE)
         else:
             kt = e4m3_bytes_to_f32(x.to(tl.int32), FNUZ).to(DOT_DTYPE)
-        sp = kv + base + PAGE * D + r * 4  # little-endian fp32 row scale, any alignment
-        bits = (tl.load(sp, mask=ok, other=0).to(tl.int32)
-                | (tl.load(sp + 1, mask=ok, other=0).to(tl.int32) << 8)
-                | (tl.load(sp + 2, mask=ok, other=0).to(tl.int32) << 16)
-                | (tl.load(sp + 3, mask=ok, other=0).to(tl.int32) << 24))
+        sb = tl.arange(0, 4)
+        sbytes = tl.load(kv + (base + PAGE * D + r * 4)[:, None] + sb[None, :], mask=ok[:, None], other=0)
+        bits = tl.sum(sbytes.to(tl.int32) << (8 * sb)[None, :], axis=1)  # little-endian fp32, any alignment
         blk = _score_rows(qT, wv, kt, bits.to(tl.float32, bitcast=True), NT, HP, BN, DOT_DTYPE)
     return blk
+
+
+@triton.jit
+def _request_queries(q, qx, w, t0, T, H: tl.constexpr, Q_FMT: tl.constexpr, FNUZ: tl.constexpr, NT: tl.constexpr,
+                     HP: tl.constexpr, D: tl.constexpr, DOT_DTYPE: tl.constexpr):
+    """``_query_tile`` for contiguous q [B*N, H, D] (MXFP4: codes [.., D/2], scales [.., D/32])
+    and weights [B*N, H]: fewer runtime strides, fewer scalar registers."""
+    if Q_FMT == FMT_MXFP4:
+        qT, wv = _query_tile(q, qx, w, t0, T, H, H * (D // 2), D // 2, 1, H * (D // 32), D // 32, H, 1,
+                             Q_FMT, FNUZ, NT, HP, D, DOT_DTYPE)
+    else:
+        qT, wv = _query_tile(q, qx, w, t0, T, H, H * D, D, 1, 0, 0, H, 1, Q_FMT, FNUZ, NT, HP, D, DOT_DTYPE)
+    return qT, wv
 
 
 @triton.jit
@@ -91,87 +115,85 @@ def _request(context_lens, b, max_pages):
 
 
 @triton.jit
-def paged_logits_kernel(q, qx, w, kv, block_table, context_lens, out,
-                        N, H, G, max_pages, num_pages,
-                        sq_t, sq_h, sq_d, sqx_t, sqx_h, sw_t, sw_h, sbt, skv, so_t,
+def paged_scores_kernel(q, qx, w, kv, block_table, context_lens, dst,
+                        N, G, S, C, it0, n_items, max_pages, num_pages, skv, H: tl.constexpr,
                         Q_FMT: tl.constexpr, K_FMT: tl.constexpr, FNUZ: tl.constexpr,
                         FP8_DTYPE: tl.constexpr, DOT_DTYPE: tl.constexpr, D: tl.constexpr,
-                        HP: tl.constexpr, NT: tl.constexpr, BN: tl.constexpr, LC: tl.constexpr):
-    """out [B*N, max_len] fp32; grid (B * G, cdiv(max_len, LC)): LC rows of NT tokens per program."""
+                        HP: tl.constexpr, NT: tl.constexpr, BN: tl.constexpr, TO_WS: tl.constexpr):
+    """Scores of work item it0 + pid = (b, g, s): rows [s*C, (s+1)*C) of request b for its NT
+    query tokens g*NT ... With TO_WS they go to workspace slot pid, dst[pid, t, j - s*C] (rows at
+    or past the context are left unwritten); else to the logits dst[b*N + n, j] ([B*N, max_len]),
+    -inf at rows >= context_lens[b]."""
     pid = tl.program_id(0)
-    g = pid % G
-    b = pid // G
-    c0 = tl.program_id(1) * LC
-    max_len = max_pages * PAGE
-    ctx = _request(context_lens, b, max_pages)
-    n0 = g * NT
-    tt = tl.arange(0, NT)
-    tm = (n0 + tt) < N
-    row = out + (b * N + n0 + tt).to(tl.int64)[None, :] * so_t
-    c1 = tl.minimum(c0 + LC, ctx)
-    if c1 > c0:
-        qT, wv = _query_tile(q, qx, w, b * N + n0, b * N + tl.minimum(N, n0 + NT), H,
-                             sq_t, sq_h, sq_d, sqx_t, sqx_h, sw_t, sw_h, Q_FMT, FNUZ, NT, HP, D, DOT_DTYPE)
-        bt_row = block_table + b.to(tl.int64) * sbt
-        for j0 in range(c0, c1, BN):
-            blk = _paged_block(qT, wv, kv, bt_row, j0, c1, num_pages, skv,
-                               K_FMT, FNUZ, FP8_DTYPE, NT, HP, BN, D, DOT_DTYPE)
-            j = (j0 + tl.arange(0, BN))[:, None]
-            tl.store(row + j, blk, mask=tm[None, :] & (j < c1))
-    end = tl.minimum(c0 + LC, max_len)
-    ninf = tl.full((BN, NT), float("-inf"), tl.float32)
-    for j0 in range(tl.maximum(c0, ctx), end, BN):
-        j = (j0 + tl.arange(0, BN))[:, None]
-        tl.store(row + j, ninf, mask=tm[None, :] & (j < end))
-
-
-@triton.jit
-def paged_topk_kernel(q, qx, w, kv, block_table, context_lens, ws, part_v, part_i, hist,
-                      N, H, G, S, C, n_items, max_pages, num_pages,
-                      sq_t, sq_h, sq_d, sqx_t, sqx_h, sw_t, sw_h, sbt, skv,
-                      Q_FMT: tl.constexpr, K_FMT: tl.constexpr, FNUZ: tl.constexpr,
-                      FP8_DTYPE: tl.constexpr, DOT_DTYPE: tl.constexpr, D: tl.constexpr,
-                      HP: tl.constexpr, NT: tl.constexpr, BN: tl.constexpr,
-                      KP: tl.constexpr, KP_P2: tl.constexpr, CH: tl.constexpr, SPLIT: tl.constexpr):
-    """Phase 1, persistent over items (b, g, s): scores of rows [s*C, (s+1)*C) into this program's
-    workspace slot ws[pid] (NT x C fp32), then per token the top-KP of the chunk into
-    part[(b*N + n) * S + s] (KP slots). Without SPLIT (S == 1) part is the final sorted, padded
-    output; with SPLIT the list is unsorted, in row order, min(KP, rows) long, and its key
-    histogram is added to hist[b*N + n]."""
-    pid = tl.program_id(0)
-    slot = ws + pid.to(tl.int64) * (NT * C)
-    for it in range(pid, n_items, tl.num_programs(0)):
+    it = it0 + pid
+    if it < n_items:
         s = it % S
         g = (it // S) % G
         b = it // (S * G)
+        max_len = max_pages * PAGE
         ctx = _request(context_lens, b, max_pages)
         c0 = s * C
-        c1 = tl.maximum(tl.minimum(c0 + C, ctx), c0)
+        c1 = tl.minimum(c0 + C, ctx)
         n0 = g * NT
+        tt = tl.arange(0, NT)
+        if TO_WS:
+            out = dst + (pid * NT + tt).to(tl.int64)[None, :] * C - c0
+            tm = tt >= 0
+        else:
+            out = dst + (b * N + n0 + tt).to(tl.int64)[None, :] * max_len
+            tm = (n0 + tt) < N
         if c1 > c0:
-            qT, wv = _query_tile(q, qx, w, b * N + n0, b * N + tl.minimum(N, n0 + NT), H,
-                                 sq_t, sq_h, sq_d, sqx_t, sqx_h, sw_t, sw_h, Q_FMT, FNUZ, NT, HP, D, DOT_DTYPE)
-            bt_row = block_table + b.to(tl.int64) * sbt
+            qT, wv = _request_queries(q, qx, w, b * N + n0, b * N + tl.minimum(N, n0 + NT), H,
+                                      Q_FMT, FNUZ, NT, HP, D, DOT_DTYPE)
+            bt_row = block_table + b.to(tl.int64) * max_pages
+            page = _page_id(bt_row, c0, c1)
             for j0 in range(c0, c1, BN):
-                blk = _paged_block(qT, wv, kv, bt_row, j0, c1, num_pages, skv,
+                nxt = _page_id(bt_row, j0 + BN, c1)  # prefetched one block ahead
+                blk = _paged_block(qT, wv, kv, page, j0, c1, num_pages, skv,
                                    K_FMT, FNUZ, FP8_DTYPE, NT, HP, BN, D, DOT_DTYPE)
-                j = j0 + tl.arange(0, BN)
-                tl.store(slot + tl.arange(0, NT)[None, :] * C + (j - c0)[:, None], blk, mask=(j < c1)[:, None])
-        tl.debug_barrier()
-        for t in tl.static_range(NT):
-            if n0 + t < N:
-                row = (b * N + n0 + t).to(tl.int64)
-                dst = (row * S + s) * KP
-                select_row(slot + t * C - c0, c0, c1, part_v + dst, part_i + dst, KP, KP_P2, CH, not SPLIT)
-                if SPLIT:
-                    tl.debug_barrier()
-                    p = tl.arange(0, KP_P2)
-                    m = p < tl.minimum(c1 - c0, KP)
-                    key = f32_to_key(tl.load(part_v + dst + p, mask=m, other=0.0))
-                    h = tl.histogram((key >> HIST_SHIFT).to(tl.int32), HIST_BINS, mask=m)
-                    bins = tl.arange(0, HIST_BINS)
-                    tl.atomic_add(hist + row * HIST_BINS + bins, h, mask=h > 0, sem="relaxed")
-        tl.debug_barrier()
+                j = (j0 + tl.arange(0, BN))[:, None]
+                tl.store(out + j, blk, mask=tm[None, :] & (j < c1))
+                page = nxt
+        if not TO_WS:
+            end = tl.minimum(c0 + C, max_len)
+            ninf = tl.full((BN, NT), float("-inf"), tl.float32)
+            for j0 in range(tl.maximum(c0, ctx), end, BN):
+                j = (j0 + tl.arange(0, BN))[:, None]
+                tl.store(out + j, ninf, mask=tm[None, :] & (j < end))
+
+
+@triton.jit
+def paged_select_kernel(ws, context_lens, part_v, part_i, hist, N, G, S, C, it0, n_items, max_pages,
+                        NT: tl.constexpr, KP: tl.constexpr, KP_P2: tl.constexpr, CH: tl.constexpr,
+                        SPLIT: tl.constexpr):
+    """One program per (work item it0 + pid // NT, token pid % NT) of a wave: top-KP of the chunk's
+    scores in workspace slot pid // NT into part[(b*N + n) * S + s] (KP slots). Without SPLIT
+    (S == 1) part is the final sorted, padded output; with SPLIT the list is unsorted, in row
+    order, min(KP, rows) long, and its key histogram is added to hist[b*N + n]."""
+    pid = tl.program_id(0)
+    it = it0 + pid // NT
+    t = pid % NT
+    if it < n_items:
+        s = it % S
+        g = (it // S) % G
+        b = it // (S * G)
+        n = g * NT + t
+        if n < N:
+            ctx = _request(context_lens, b, max_pages)
+            c0 = s * C
+            c1 = tl.maximum(tl.minimum(c0 + C, ctx), c0)
+            row = (b * N + n).to(tl.int64)
+            dst = (row * S + s) * KP
+            select_row(ws + pid.to(tl.int64) * C - c0, c0, c1, part_v + dst, part_i + dst, KP, KP_P2, CH,
+                       not SPLIT)
+            if SPLIT:
+                tl.debug_barrier()
+                p = tl.arange(0, KP_P2)
+                m = p < tl.minimum(c1 - c0, KP)
+                key = f32_to_key(tl.load(part_v + dst + p, mask=m, other=0.0))
+                h = tl.histogram((key >> HIST_SHIFT).to(tl.int32), HIST_BINS, mask=m)
+                bins = tl.arange(0, HIST_BINS)
+                tl.atomic_add(hist + row * HIST_BINS + bins, h, mask=h > 0, sem="relaxed")
 
 
 @triton.jit
@@ -242,7 +264,7 @@ def paged_gather_kernel(kv, block_table, context_lens, cu, out_a, out_s, total_r
     ctx = _request(context_lens, b, max_pages)
     if j0 < ctx:
         j = j0 + tl.arange(0, GR)
-        ok, base, r = _page_rows(block_table + b.to(tl.int64) * sbt, j, ctx, num_pages, skv)
+        ok, base, r = _page_rows(_page_id(block_table + b.to(tl.int64) * sbt, j0, ctx), j0, ctx, num_pages, skv, GR)
         dst = tl.load(cu + b).to(tl.int64) + j
         dm = (j < ctx) & (dst < total_rows)
         a = tl.arange(0, A)[None, :]
