@@ -159,10 +159,11 @@ def test_topk_tokens_and_groups(n, h, split, gen):
 
 
 @pytest.mark.parametrize("split", ["split64"], indirect=True)
-def test_topk_mxfp4_query(split, gen):
-    case = make_case(gen, q_mxfp4=True, ctx=[3, 100, 170])
-    vals, idx = _run_topk(case, 20, "mxfp4", "fn")
-    assert_topk(vals, idx, _oracle(case, "mxfp4", "fn"), 20)
+@pytest.mark.parametrize("fmt", ["mxfp4", "fp8"])
+def test_topk_mxfp4_query(fmt, split, gen):
+    case = make_case(gen, fmt=fmt, q_mxfp4=True, ctx=[3, 100, 170])
+    vals, idx = _run_topk(case, 20, fmt, "fn")
+    assert_topk(vals, idx, _oracle(case, fmt, "fn"), 20)
 
 
 @pytest.mark.parametrize("split", ["nosplit", "split64"], indirect=True)
@@ -325,3 +326,18 @@ def test_opcheck(gen):
     torch.library.opcheck(torch.ops.inductor_dsa.paged_indexer_topk.default,
                           (q, None, c, w, bt, cl, 4, "mxfp4", "fn"), test_utils=utils)
     torch.library.opcheck(torch.ops.inductor_dsa.paged_gather.default, (c, bt, cl, 80, "mxfp4"), test_utils=utils)
+
+
+def test_compiled_call_names_the_op(gen):
+    q, c, w, bt, cl = (_dev(x) for x in _ok_args())
+
+    def fn(q, c, w, bt, cl):
+        vals, idx = idsa.paged_indexer_topk(q, c, w, bt, cl, 4)
+        return vals * 2, idx
+
+    from torch._inductor.utils import run_and_get_code
+    torch._dynamo.reset()
+    (vals, idx), codes = run_and_get_code(torch.compile(fn, fullgraph=True), q, c, w, bt, cl)
+    assert any("inductor_dsa.paged_indexer_topk" in code for code in codes)
+    ref = reference.paged_indexer_logits(*_ok_args())
+    assert_topk(vals / 2, idx, ref, 4)
