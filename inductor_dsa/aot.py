@@ -102,14 +102,20 @@ def specialise(fn, signature: dict, constexprs: dict, ints: dict):
     return ASTSource(fn, sig, consts, attrs=attrs)
 
 
-def compile_variant(target: str, name, fn, signature, constexprs, options, ints=None) -> Report:
-    """Compile one variant; kernels without tl.dot (named '*select*', '*merge*') need no matrix unit.
+def compile_variant(target: str, name, fn, signature, constexprs, options, spec=None) -> Report:
+    """Compile one variant; kernels without tl.dot (named '*select*', '*merge*', '*gather*') need no
+    matrix unit.
 
-    ``ints``: example values of the integer arguments (a representative launch) to specialise on.
+    ``spec``: either example values of the integer arguments ({name: int}, a representative
+    launch to specialise on, see ``specialise``) or ready ASTSource attrs ({(index,): [...]}).
     """
-    rep = Report(name, needs_matrix=not any(w in name for w in ("select", "merge")))
+    rep = Report(name, needs_matrix=not any(w in name for w in ("select", "merge", "gather")))
     try:
-        src = specialise(fn, signature, constexprs, ints or {})
+        spec = spec or {}
+        if all(isinstance(key, str) for key in spec):
+            src = specialise(fn, signature, constexprs, spec)
+        else:
+            src = ASTSource(fn, signature, constexprs, spec)
         kernel = triton.compile(src, target=TARGETS[target], options=options)
         (_amd if target == "gfx942" else _cuda)(rep, kernel, options.get("num_warps", 4))
     except Exception as e:  # noqa: BLE001 - reported, and fails the run
@@ -119,10 +125,10 @@ def compile_variant(target: str, name, fn, signature, constexprs, options, ints=
 
 def run(target: str, only: str | None = None) -> list[Report]:
     reports = []
-    for name, fn, sig, consts, opts, ints in aot_variants(target):
+    for name, fn, sig, consts, opts, spec in aot_variants(target):
         if only and only not in name:
             continue
-        rep = compile_variant(target, name, fn, sig, consts, opts, ints)
+        rep = compile_variant(target, name, fn, sig, consts, opts, spec)
         status = "ok" if rep.ok(target) else "FAIL"
         print(f"{status:4} {name:58} regs={rep.regs:<4} spills={rep.spills:<4} lds={rep.lds:<6} "
               f"{'mfma' if target == 'gfx942' else 'wgmma'}={'yes' if rep.matrix else ('NO' if rep.needs_matrix else '-')} "

@@ -177,3 +177,78 @@ def index_range(indices: torch.Tensor, n: int) -> None:
     if lo < -1 or hi >= n:
         raise ValueError(f"indices must lie in [-1, {n}) (N = kv.shape[1]; -1 = empty slot), "
                          f"got values in [{lo}, {hi}]")
+
+
+FP8_FLAVORS = ("fn", "fnuz")
+PAGE_ROWS = 64
+
+
+def fmt_arg(fmt, fp8_flavor) -> None:
+    from .formats import FMTS
+    if fmt not in FMTS:
+        raise ValueError(f"fmt must be one of {FMTS}, got {fmt!r}")
+    if fp8_flavor not in FP8_FLAVORS:
+        raise ValueError(f"fp8_flavor must be one of {FP8_FLAVORS}, got {fp8_flavor!r}")
+
+
+def paged_cache(kv_cache, block_table, context_lens, fmt, fp8_flavor, head_dim_: int | None = None,
+                batch: int | None = None) -> dict:
+    """Validate a paged key cache and its block table; returns num_pages, max_pages, B, D.
+
+    ``head_dim_`` None derives D from the row size (``paged_gather``)."""
+    from .formats import row_bytes
+    fmt_arg(fmt, fp8_flavor)
+    kv_cache = tensor(kv_cache, "kv_cache")
+    block_table = tensor(block_table, "block_table")
+    context_lens = tensor(context_lens, "context_lens")
+    if kv_cache.dtype != torch.uint8:
+        raise TypeError(f"kv_cache must be uint8 pages, got {kv_cache.dtype}")
+    if kv_cache.dim() != 2:
+        raise ValueError(f"kv_cache must be [num_pages, {PAGE_ROWS} * row_bytes], got shape {tuple(kv_cache.shape)}")
+    if head_dim_ is None:
+        row = kv_cache.shape[1] // PAGE_ROWS
+        head_dim_ = row * 32 // 17 if fmt == "mxfp4" else row - 4
+        if head_dim_ < 16 or head_dim_ & (head_dim_ - 1) or (fmt == "mxfp4" and head_dim_ < MXFP4_BLOCK):
+            raise ValueError(f"kv_cache: row size {kv_cache.shape[1]} / {PAGE_ROWS} B fits no power-of-two "
+                             f"head_dim for fmt={fmt!r}")
+    a, s = row_bytes(fmt, head_dim_)
+    if kv_cache.shape[1] != PAGE_ROWS * (a + s):
+        raise ValueError(f"kv_cache must be [num_pages, {PAGE_ROWS * (a + s)}] for fmt={fmt!r} and head_dim "
+                         f"{head_dim_} ({a} + {s} B per row), got shape {tuple(kv_cache.shape)}")
+    if kv_cache.shape[1] > 1 and kv_cache.stride(1) != 1:
+        raise ValueError(f"kv_cache: each page must be contiguous (stride(1) == 1), got strides {kv_cache.stride()}")
+    if block_table.dtype != torch.int32:
+        raise TypeError(f"block_table must be int32, got {block_table.dtype}")
+    if block_table.dim() != 2:
+        raise ValueError(f"block_table must be [B, max_pages], got shape {tuple(block_table.shape)}")
+    b = block_table.shape[0]
+    if batch is not None and b != batch:
+        raise ValueError(f"block_table has {b} rows but q has batch {batch}")
+    if context_lens.dtype != torch.int32:
+        raise TypeError(f"context_lens must be int32, got {context_lens.dtype}")
+    if tuple(context_lens.shape) != (b,):
+        raise ValueError(f"context_lens must have shape ({b},) = [B] of block_table, got {tuple(context_lens.shape)}")
+    same_device([("kv_cache", kv_cache), ("block_table", block_table), ("context_lens", context_lens)])
+    return dict(B=b, max_pages=block_table.shape[1], num_pages=kv_cache.shape[0], D=head_dim_)
+
+
+def paged(q, q_scale, kv_cache, weights, block_table, context_lens, fmt, fp8_flavor) -> dict:
+    """Validate the paged indexer operands; returns B, N, H, D, max_pages, num_pages, q_fmt."""
+    q, weights = tensor(q, "q"), tensor(weights, "weights")
+    qf, d = operand_dim(q, q_scale, "q", 3)
+    if qf == "fp8" or (qf == "tensor" and q.dtype != torch.bfloat16):
+        raise TypeError(f"q must be bf16 [B, N, H, D] or an MXFP4 pair, got {q.dtype}")
+    head_dim(d, "q")
+    if fmt == "mxfp4" and d < MXFP4_BLOCK:
+        raise ValueError(f"q: head_dim must be >= {MXFP4_BLOCK} for fmt='mxfp4', got {d}")
+    b, n, h = q.shape[:3]
+    info = paged_cache(kv_cache, block_table, context_lens, fmt, fp8_flavor, d, b)
+    if h < 1 or h > MAX_HEADS:
+        raise ValueError(f"q: number of heads must be in [1, {MAX_HEADS}], got {h}")
+    if weights.dim() != 3 or tuple(weights.shape) != (b, n, h):
+        raise ValueError(f"weights must have shape ({b}, {n}, {h}) = [B, N, H] of q, got {tuple(weights.shape)}")
+    if weights.dtype not in FLOAT_DTYPES:
+        raise TypeError(f"weights must be bf16/fp16/fp32, got {weights.dtype}")
+    same_device([("q", q), ("q scales", q_scale), ("weights", weights), ("kv_cache", kv_cache)])
+    info.update(N=n, H=h, q_fmt=qf)
+    return info

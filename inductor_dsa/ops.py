@@ -78,3 +78,70 @@ def sparse_attention(q: Tensor, kv: Tensor, indices: Tensor, sink: Optional[Tens
 @sparse_attention.register_fake
 def _(q, kv, indices, sink, scale):
     return torch.empty_like(q, memory_format=torch.contiguous_format), q.new_empty(q.shape[:3], dtype=torch.float32)
+
+
+# --- paged (decode) indexer ------------------------------------------------------------------
+
+def _paged_len(block_table: Tensor) -> int:
+    return block_table.shape[1] * 64
+
+
+@torch.library.custom_op("inductor_dsa::paged_indexer_logits", mutates_args=())
+def paged_indexer_logits(q: Tensor, q_scale: Optional[Tensor], kv_cache: Tensor, weights: Tensor,
+                         block_table: Tensor, context_lens: Tensor, fmt: str, fp8_flavor: str) -> Tensor:
+    checks.paged(q, q_scale, kv_cache, weights, block_table, context_lens, fmt, fp8_flavor)
+    if _use_kernels(q.device):
+        from .kernels import paged_launch
+        return paged_launch.paged_logits(q, q_scale, kv_cache, weights, block_table, context_lens, fmt, fp8_flavor)
+    return reference.paged_indexer_logits(_pair(q, q_scale), kv_cache, weights, block_table, context_lens,
+                                          fmt, fp8_flavor).float()
+
+
+@paged_indexer_logits.register_fake
+def _(q, q_scale, kv_cache, weights, block_table, context_lens, fmt, fp8_flavor):
+    return q.new_empty((q.shape[0], q.shape[1], _paged_len(block_table)), dtype=torch.float32)
+
+
+@torch.library.custom_op("inductor_dsa::paged_indexer_topk", mutates_args=())
+def paged_indexer_topk(q: Tensor, q_scale: Optional[Tensor], kv_cache: Tensor, weights: Tensor,
+                       block_table: Tensor, context_lens: Tensor, topk: int, fmt: str,
+                       fp8_flavor: str) -> tuple[Tensor, Tensor]:
+    checks.paged(q, q_scale, kv_cache, weights, block_table, context_lens, fmt, fp8_flavor)
+    checks.topk_arg(topk)
+    if _use_kernels(q.device) and topk <= TOPK_FUSED_MAX:
+        from .kernels import paged_launch
+        return paged_launch.paged_topk(q, q_scale, kv_cache, weights, block_table, context_lens, topk,
+                                       fmt, fp8_flavor)
+    logits = paged_indexer_logits(q, q_scale, kv_cache, weights, block_table, context_lens, fmt, fp8_flavor)
+    b, n, max_len = logits.shape
+    ctx = context_lens.long().clamp(0, max_len).view(-1, 1, 1)
+    visible = (torch.arange(max_len, device=q.device) < ctx).expand(b, n, max_len).reshape(b * n, max_len)
+    vals, idx = reference.topk_from_logits(logits.reshape(b * n, max_len), topk, visible)
+    return vals.reshape(b, n, topk), idx.reshape(b, n, topk)
+
+
+@paged_indexer_topk.register_fake
+def _(q, q_scale, kv_cache, weights, block_table, context_lens, topk, fmt, fp8_flavor):
+    shape = (q.shape[0], q.shape[1], topk)
+    return q.new_empty(shape, dtype=torch.float32), q.new_empty(shape, dtype=torch.int32)
+
+
+@torch.library.custom_op("inductor_dsa::paged_gather", mutates_args=())
+def paged_gather(kv_cache: Tensor, block_table: Tensor, context_lens: Tensor, total_rows: int,
+                 fmt: str) -> tuple[Tensor, Tensor, Tensor, Tensor]:
+    info = checks.paged_cache(kv_cache, block_table, context_lens, fmt, "fn")
+    if _use_kernels(kv_cache.device):
+        from .formats import row_bytes
+        from .kernels import paged_launch
+        return paged_launch.paged_gather(kv_cache, block_table, context_lens, total_rows,
+                                         *row_bytes(fmt, info["D"]))
+    return reference.paged_gather(kv_cache, block_table, context_lens, fmt, info["D"], total_rows)
+
+
+@paged_gather.register_fake
+def _(kv_cache, block_table, context_lens, total_rows, fmt):
+    from .formats import row_bytes
+    a, s = row_bytes(fmt, checks.paged_cache(kv_cache, block_table, context_lens, fmt, "fn")["D"])
+    b = block_table.shape[0]
+    return (kv_cache.new_empty((total_rows, a)), kv_cache.new_empty((total_rows, s)),
+            context_lens.new_empty((b,)), context_lens.new_empty((b,)))

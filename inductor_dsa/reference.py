@@ -153,3 +153,83 @@ def sparse_attention(q, kv, indices, sink=None, scale=None):
     shift = torch.where(torch.isfinite(shift), shift, torch.zeros_like(shift))
     p = torch.exp(s - shift.unsqueeze(-1))
     return torch.einsum("bmhk,bmkd->bmhd", p, rows), lse
+
+
+# --- paged (decode) indexer: DSA_SEMANTICS.md section 3 -------------------------------------
+
+def paged_keys(kv_cache, block_table, context_lens, fmt="mxfp4", head_dim=128, fp8_flavor="fn"):
+    """Decoded float64 keys [B, max_len, D] of every request, max_len = block_table.shape[1] * 64.
+
+    Row j of request b is cache row ``j % 64`` of page ``block_table[b, j // 64]``. Rows at or past
+    ``clamp(context_lens[b], 0, max_len)`` and rows whose page id lies outside [0, num_pages) are
+    zero (an out-of-range page id inside the context reads as an all-zero key row, score 0).
+    """
+    payload, scale = formats.unpack_pages(kv_cache, fmt, head_dim)
+    keys = formats.decode_rows(payload, scale, fmt, fp8_flavor).to(torch.float64)
+    b, pages = block_table.shape
+    max_len = pages * formats.PAGE_ROWS
+    page = block_table.long().unsqueeze(-1)                                   # [B, P, 1]
+    ok = (page >= 0) & (page < kv_cache.shape[0])
+    rows = (page.clamp(0, max(kv_cache.shape[0] - 1, 0)) * formats.PAGE_ROWS
+            + torch.arange(formats.PAGE_ROWS, device=page.device)).reshape(b, max_len)
+    ctx = context_lens.long().clamp(0, max_len).unsqueeze(1)
+    live = ok.expand(b, pages, formats.PAGE_ROWS).reshape(b, max_len) & (torch.arange(max_len, device=ctx.device) < ctx)
+    if keys.shape[0] == 0:
+        return torch.zeros(b, max_len, head_dim, dtype=torch.float64, device=kv_cache.device)
+    return torch.where(live.unsqueeze(-1), keys[rows], 0.0)
+
+
+def paged_indexer_logits(q, kv_cache, weights, block_table, context_lens, fmt="mxfp4", fp8_flavor="fn"):
+    """float64 [B, N, max_len] decode indexer logits over a paged key cache, -inf at j >= context_lens[b].
+
+        logits[b, n, j] = sum_h weights[b, n, h] * relu(q[b, n, h, :] . key_b[j, :])
+
+    q: [B, N, H, D] tensor or an MXFP4 pair; key_b as in ``paged_keys``. Every query token of a
+    request sees the same rows j < context_lens[b] (clamped to [0, max_len]).
+    """
+    q64 = dequantize(q)
+    k = paged_keys(kv_cache, block_table, context_lens, fmt, q64.shape[-1], fp8_flavor)
+    scores = torch.einsum("bnhd,bjd->bnhj", q64, k).clamp_min(0)
+    logits = (scores * weights.to(torch.float64).unsqueeze(-1)).sum(2)
+    max_len = k.shape[1]
+    ctx = context_lens.long().clamp(0, max_len).view(-1, 1, 1)
+    return logits.masked_fill(torch.arange(max_len, device=logits.device) >= ctx, float("-inf"))
+
+
+def paged_indexer_topk(q, kv_cache, weights, block_table, context_lens, topk, fmt="mxfp4", fp8_flavor="fn"):
+    """(values fp32 [B, N, topk], indices int32 [B, N, topk]) of ``paged_indexer_logits``:
+    request-local row numbers, descending (ties: lower row), -inf / -1 past the visible count."""
+    logits = paged_indexer_logits(q, kv_cache, weights, block_table, context_lens, fmt, fp8_flavor)
+    b, n, max_len = logits.shape
+    ctx = context_lens.long().clamp(0, max_len).view(-1, 1, 1)
+    visible = (torch.arange(max_len, device=logits.device) < ctx).expand(b, n, max_len)
+    vals, idx = topk_from_logits(logits.reshape(b * n, max_len), topk, visible.reshape(b * n, max_len))
+    return vals.reshape(b, n, topk), idx.reshape(b, n, topk)
+
+
+def paged_gather(kv_cache, block_table, context_lens, fmt="mxfp4", head_dim=128, total_rows=None):
+    """Raw cache rows of every request, back to back: (payload uint8 [R, A], scales uint8 [R, S],
+    k_start int32 [B], k_end int32 [B]). Request b's rows j < ctx_b = clamp(context_lens[b], 0,
+    max_len) land at flat rows k_start[b] + j, k_start = exclusive cumsum of ctx. R = total_rows
+    (default sum ctx); rows past the sum, and rows of out-of-range page ids, are zero; the
+    ranges are clamped to R."""
+    a, s = formats.row_bytes(fmt, head_dim)
+    b, pages = block_table.shape
+    max_len = pages * formats.PAGE_ROWS
+    ctx = context_lens.long().clamp(0, max_len)
+    end = torch.cumsum(ctx, 0)
+    start = end - ctx
+    r = int(end[-1]) if total_rows is None and b else (total_rows or 0)
+    out_a = torch.zeros(r, a, dtype=torch.uint8, device=kv_cache.device)
+    out_s = torch.zeros(r, s, dtype=torch.uint8, device=kv_cache.device)
+    j = torch.arange(max_len, device=kv_cache.device)
+    page = block_table.long()[:, j // formats.PAGE_ROWS] if max_len else block_table.long()
+    dst = start.unsqueeze(1) + j
+    live = (j < ctx.unsqueeze(1)) & (dst < r)
+    ok = live & (page >= 0) & (page < kv_cache.shape[0])
+    if ok.any():
+        payload, scale = formats.unpack_pages(kv_cache, fmt, head_dim)
+        src = page[ok] * formats.PAGE_ROWS + (j % formats.PAGE_ROWS).expand_as(page)[ok]
+        out_a[dst[ok]] = payload[src]
+        out_s[dst[ok]] = scale[src]
+    return out_a, out_s, start.clamp(max=r).to(torch.int32), end.clamp(max=r).to(torch.int32)

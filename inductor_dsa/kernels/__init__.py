@@ -6,3 +6,5 @@ def aot_variants(target: str):
     from . import launch
     yield from launch.aot_variants(target)
     yield from launch.sparse_attention_aot_variants(target)
+    from . import paged_launch
+    yield from paged_launch.aot_variants(target)

@@ -92,7 +92,7 @@ class SparseAttentionConfig:
 # sm90: acc [64, 512] fp32 = 128 regs/thread over 8 warps (wgmma N split across the two warpgroups);
 #   BN = 16 leaves room for the prefetched next tile in registers (BN = 32 spills; checked with ptxas).
 # gfx942: 4 waves with up to 512 VGPR+AGPR each; LDS (64 KiB) stages Q once, then KV tiles.
-# Both: 0 spills, see benchmarks/aot_sparse_attention.py. Untimed on MI300; H200 timings come from the lead.
+# Both: 0 spills, see python -m inductor_dsa.aot. Untimed on MI300; H200 timings come from the lead.
 SPARSE_ATTENTION = {
     "sm90": SparseAttentionConfig(bh=64, bn=16, num_warps=8, num_stages=1),
     "gfx942": SparseAttentionConfig(bh=64, bn=32, num_warps=4, num_stages=1,
@@ -100,3 +100,44 @@ SPARSE_ATTENTION = {
     "cuda": SparseAttentionConfig(bh=64, bn=16, num_warps=8, num_stages=1),
     "interpreter": SparseAttentionConfig(bh=32, bn=16, num_warps=4, num_stages=1),
 }
+
+
+# --- paged (decode) indexer, kernels/paged_indexer.py ----------------------------------------
+# Scores: 8 warps, 64-row blocks (one page), up to 256 query rows (N=4 tokens x 64 heads) resident:
+# the only shape found with no spill on both targets for N = 1..4 (AOT: sm90 N=4 at 4 warps
+# spilled 176-258 B; gfx942 N=1 at 4 warps 140 VGPRs, at 8 warps 116). Select/merge: 4 warps.
+
+@dataclass(frozen=True)
+class PagedConfig:
+    bn: int             # key rows per block: a divisor of the 64-row page, >= 16
+    rows: int           # query rows (tokens x padded heads) resident per program; more tokens -> groups
+    num_warps: int
+    num_stages: int
+    progs_per_sm: int   # persistent phase-1 programs per multiprocessor
+    chunk_min: int      # rows per sequence split, at least ...
+    chunk_max: int      # ... and at most this (bounds the per-program workspace: tokens x chunk fp32)
+    ch: int             # elements per chunk in the radix-select passes
+    logits_rows: int    # rows per program of paged_indexer_logits
+    merge_warps: int = 4
+    extra: dict = field(default_factory=dict)  # backend-specific knobs (gfx942 only)
+
+
+PAGED = {
+    "sm90": PagedConfig(bn=64, rows=256, num_warps=8, num_stages=2, progs_per_sm=2,
+                        chunk_min=1024, chunk_max=8192, ch=512, logits_rows=1024),
+    "gfx942": PagedConfig(bn=64, rows=256, num_warps=8, num_stages=2, progs_per_sm=2,
+                          chunk_min=1024, chunk_max=8192, ch=512, logits_rows=1024,
+                          extra={"matrix_instr_nonkdim": 16}),
+    "cuda": PagedConfig(bn=64, rows=128, num_warps=4, num_stages=2, progs_per_sm=2,
+                        chunk_min=1024, chunk_max=8192, ch=512, logits_rows=1024),
+    "interpreter": PagedConfig(bn=32, rows=16, num_warps=4, num_stages=1, progs_per_sm=1,
+                               chunk_min=64, chunk_max=128, ch=64, logits_rows=64),
+}
+PAGED_CPU_PROGRAMS = 3  # persistent programs under the interpreter (it runs them one by one)
+
+
+def persistent_programs(device: torch.device, per_sm: int) -> int:
+    """Persistent grid size: multiprocessors x per_sm on a GPU, a few under the interpreter."""
+    if device.type == "cpu":
+        return PAGED_CPU_PROGRAMS
+    return multiprocessors(device.index if device.index is not None else torch.cuda.current_device()) * per_sm

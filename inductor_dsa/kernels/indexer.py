@@ -61,6 +61,22 @@ def _query_tile(q, qx, w, t0, T, H, sq_t, sq_h, sq_d, sqx_t, sqx_h, sw_t, sw_h,
 
 
 @triton.jit
+def _score_rows(qT, wv, kt, row_scale, BT: tl.constexpr, HP: tl.constexpr, BN: tl.constexpr,
+                DOT_DTYPE: tl.constexpr):
+    """logits^T [BN, BT] fp32 of a decoded key tile ``kt`` [BN, D] (already in the dot dtype):
+    sum over each token's HP columns of relu(kt @ qT * row_scale) * w. ``row_scale`` (fp32 [BN],
+    FP8 keys) multiplies before the relu; None means 1."""
+    if DOT_DTYPE == tl.float32:
+        acc = tl.dot(kt, qT, input_precision="ieee")
+    else:
+        acc = tl.dot(kt, qT)
+    if row_scale is not None:
+        acc = acc * row_scale[:, None]
+    acc = tl.maximum(acc, 0.0) * wv[None, :]
+    return tl.sum(tl.reshape(acc, (BN, BT, HP)), axis=2)
+
+
+@triton.jit
 def _score_block(qT, wv, k, kx, j0, K, sk_k, sk_d, skx_k,
                  K_FMT: tl.constexpr, K_ROW_SCALE: tl.constexpr, FNUZ: tl.constexpr,
                  BT: tl.constexpr, HP: tl.constexpr, BN: tl.constexpr, D: tl.constexpr,
@@ -70,14 +86,11 @@ def _score_block(qT, wv, k, kx, j0, K, sk_k, sk_d, skx_k,
     jm = j < K
     j64 = j.to(tl.int64)
     kt = _load_rows(k, kx, j64 * sk_k, j64 * skx_k, jm, sk_d, K_FMT, FNUZ, BN, D).to(DOT_DTYPE)
-    if DOT_DTYPE == tl.float32:
-        acc = tl.dot(kt, qT, input_precision="ieee")
-    else:
-        acc = tl.dot(kt, qT)
     if K_ROW_SCALE:
-        acc = acc * tl.load(kx + j64 * skx_k, mask=jm, other=0.0)[:, None]
-    acc = tl.maximum(acc, 0.0) * wv[None, :]
-    return tl.sum(tl.reshape(acc, (BN, BT, HP)), axis=2)
+        blk = _score_rows(qT, wv, kt, tl.load(kx + j64 * skx_k, mask=jm, other=0.0), BT, HP, BN, DOT_DTYPE)
+    else:
+        blk = _score_rows(qT, wv, kt, None, BT, HP, BN, DOT_DTYPE)
+    return blk
 
 
 @triton.jit
@@ -133,14 +146,20 @@ def _fill_outside(row, tm, lo, hi, K, BT: tl.constexpr, BN: tl.constexpr):
 
 @triton.jit
 def select_row(src, s, e, out_v, out_i, TOPK: tl.constexpr, TOPK_P2: tl.constexpr, CH: tl.constexpr,
-               BITS: tl.constexpr = 4):
+               SORTED: tl.constexpr = True, src_idx=None, BITS: tl.constexpr = 8):
     """Top-TOPK of src[s:e] (fp32, columns s..e-1) into out_v/out_i[0:TOPK], sorted descending.
+
+    ``src_idx`` (int32, same positions as ``src``) replaces the column number written to out_i
+    (a merge of candidate lists); ties still go to the lower position, so positions must be in
+    ascending index order among equal scores. Without SORTED the min(TOPK, e - s) winners are
+    left in ascending position order and nothing else is written (no sort, no padding).
 
     Radix select, most significant digit first: 32/BITS passes of 2**BITS-bin histograms over
     uint32 keys find the threshold key ``thr`` and how many elements equal to it to keep
     (``need``); then one compaction pass and a bitonic sort of the <= TOPK winners. Slots past
-    the visible count get -inf / -1. ``tl.histogram`` costs grow with the bin count (H200:
-    4 x 256 bins 180 us, 4 x 1024 bins 1.3 ms for 4096 rows), hence small digits.
+    the visible count get -inf / -1. On the H200 ``tl.histogram`` cost grew with the bin count
+    (4096 rows: 4 x 256 bins 293 us, 4 x 1024 bins 1.4 ms); 8 passes of 4-bit one-hot counts
+    (no histogram) measured 1.8x slower than 8-bit histograms.
     """
     NBINS: tl.constexpr = 1 << BITS
     n = e - s
@@ -174,10 +193,21 @@ def select_row(src, s, e, out_v, out_i, TOPK: tl.constexpr, TOPK_P2: tl.constexp
         eq_rank = eq_seen + tl.cumsum(eq.to(tl.int32), 0) - 1
         take = (m & (key > thr)) | (eq & (eq_rank < need))
         pos = taken + tl.cumsum(take.to(tl.int32), 0) - 1
+        if src_idx is not None:
+            idx = tl.load(src_idx + cols, mask=take, other=-1)
+        else:
+            idx = cols
         tl.store(out_v + pos, tl.where(x != x, float("-inf"), x), mask=take & (pos < TOPK))
-        tl.store(out_i + pos, cols, mask=take & (pos < TOPK))
+        tl.store(out_i + pos, idx, mask=take & (pos < TOPK))
         taken += tl.sum(take.to(tl.int32), 0)
         eq_seen += tl.sum(eq.to(tl.int32), 0)
+    if SORTED:
+        _sort_winners(out_v, out_i, taken, TOPK, TOPK_P2)
+
+
+@triton.jit
+def _sort_winners(out_v, out_i, taken, TOPK: tl.constexpr, TOPK_P2: tl.constexpr):
+    """Sort the ``taken`` winners in out_v/out_i descending (ties: lower index first); pad to TOPK."""
     tl.debug_barrier()
     p = tl.arange(0, TOPK_P2)
     valid = p < taken
@@ -203,4 +233,4 @@ def select_kernel(ws, k_start, k_end, out_v, out_i, row0, T, K, s_ws,
         s = tl.maximum(tl.load(k_start + t), 0)
         e = tl.maximum(tl.minimum(tl.load(k_end + t), K), s)
         select_row(ws + tl.program_id(0).to(tl.int64) * s_ws, s, e,
-                   out_v + t.to(tl.int64) * TOPK, out_i + t.to(tl.int64) * TOPK, TOPK, TOPK_P2, CH, BITS)
+                   out_v + t.to(tl.int64) * TOPK, out_i + t.to(tl.int64) * TOPK, TOPK, TOPK_P2, CH, BITS=BITS)

@@ -1,0 +1,252 @@
+"""Launchers of the paged (decode) indexer kernels: operands -> kernel arguments, split plan, AOT list.
+
+Nothing here reads tensor data: every launch decision comes from shapes, dtypes and the device,
+so the launchers are valid under CUDA-graph capture (workspaces come from the caching allocator;
+the histogram is zeroed by a captured memset).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+import triton
+import triton.language as tl
+
+from . import configs
+from .indexer import FMT_MXFP4, FMT_TENSOR
+from .paged_indexer import (KV_FP8, KV_FP8_BYTES, KV_MXFP4, HIST_BINS, paged_filter_kernel,
+                            paged_final_kernel, paged_gather_kernel, paged_scores_kernel, paged_select_kernel)
+
+PAGE_ROWS = 64
+S_MAX = 512            # most sequence chunks per request (the final kernel holds S counts in registers)
+FINAL_TILE = 4096      # elements per copy step in paged_final_kernel
+GATHER_ROWS = 64
+_NATIVE_FP8 = {"sm90": ("fn", tl.float8e4nv), "gfx942": ("fnuz", tl.float8e4b8)}
+
+
+def _kv_format(fmt: str, fp8_flavor: str, target: str):
+    """(K_FMT, FNUZ, FP8_DTYPE) for a cache format on a target."""
+    if fmt == "mxfp4":
+        return KV_MXFP4.value, False, tl.float8e4nv
+    flavor, dtype = _NATIVE_FP8.get(target, (None, None))
+    if flavor == fp8_flavor:
+        return KV_FP8.value, fp8_flavor == "fnuz", dtype
+    return KV_FP8_BYTES.value, fp8_flavor == "fnuz", tl.float8e4nv
+
+
+def tiles(n_tokens: int, heads: int, rows: int) -> tuple[int, int, int]:
+    """(HP, NT, G): padded heads, tokens per program, token groups. NT * HP >= 16 (dot minimum)."""
+    hp = triton.next_power_of_2(heads)
+    nt = min(triton.next_power_of_2(max(n_tokens, 1)), max(1, rows // hp))
+    hp = max(hp, 16 // nt)
+    return hp, nt, triton.cdiv(max(n_tokens, 1), nt)
+
+
+@dataclass(frozen=True)
+class SplitPlan:
+    chunk: int   # C, rows per chunk (multiple of bn)
+    splits: int  # S = cdiv(max_len, C)
+    kp: int      # partial-list capacity: topk when S == 1, else min(topk, C)
+
+
+def split_plan(batch: int, groups: int, max_len: int, topk: int, cfg: configs.PagedConfig,
+               programs: int) -> SplitPlan:
+    """Chunks so that the batch x groups x S items fill one wave of ``programs`` (never just over
+    it: a second, nearly empty wave would idle the GPU), with chunk_min <= C <= chunk_max (C grows
+    past chunk_max only to keep S <= S_MAX)."""
+    want = max(1, programs // max(1, batch * groups))
+    c = min(max(triton.cdiv(max_len, want), cfg.chunk_min), cfg.chunk_max)
+    c = max(c, triton.cdiv(max_len, S_MAX))
+    c = triton.cdiv(c, cfg.bn) * cfg.bn
+    s = triton.cdiv(max_len, c)
+    if s == 1:
+        return SplitPlan(c, 1, topk)
+    return SplitPlan(c, s, min(topk, c))
+
+
+def _dot_dtype(target: str):
+    # the interpreter's bf16 tl.dot is wrong (triton 3.7); an fp32 dot of bf16-exact values is exact
+    return tl.float32 if target == "interpreter" else tl.bfloat16
+
+
+def _common(q, q_scale, weights, kv_cache, block_table, fmt, fp8_flavor, target, rows):
+    """Kernel arguments shared by the logits and top-k kernels, plus (B, N, G, NT)."""
+    b, n, h = q.shape[:3]
+    mx = q_scale is not None
+    qd = q.reshape(b * n, h, q.shape[3]).contiguous()
+    qx = q_scale.reshape(b * n, h, q_scale.shape[3]).contiguous() if mx else qd
+    w = weights.reshape(b * n, h).contiguous()
+    d = q.shape[3] * (2 if mx else 1)
+    hp, nt, g = tiles(n, h, rows)
+    k_fmt, fnuz, fp8_dtype = _kv_format(fmt, fp8_flavor, target)
+    args = dict(q=qd, qx=qx, w=w, kv=kv_cache, block_table=block_table.contiguous(),
+                N=n, H=h, G=g, max_pages=block_table.shape[1], num_pages=kv_cache.shape[0],
+                skv=kv_cache.stride(0),
+                Q_FMT=(FMT_MXFP4 if mx else FMT_TENSOR).value, K_FMT=k_fmt, FNUZ=fnuz, FP8_DTYPE=fp8_dtype,
+                DOT_DTYPE=_dot_dtype(target), D=d, HP=hp, NT=nt)
+    return args, b, n, g
+
+
+def _check_cfg(cfg: configs.PagedConfig) -> None:
+    if PAGE_ROWS % cfg.bn or cfg.bn < 16:
+        raise ValueError(f"PagedConfig.bn must divide {PAGE_ROWS} and be >= 16, got {cfg.bn}")
+
+
+def _opts(cfg: configs.PagedConfig, target: str) -> dict:
+    opts = dict(num_warps=cfg.num_warps, num_stages=cfg.num_stages)
+    if target == "gfx942":
+        opts.update(cfg.extra)
+    return opts
+
+
+def paged_logits(q, q_scale, kv_cache, weights, block_table, context_lens, fmt, fp8_flavor):
+    target = configs.target_for(q.device)
+    cfg = configs.PAGED[target]
+    _check_cfg(cfg)
+    args, b, n, g = _common(q, q_scale, weights, kv_cache, block_table, fmt, fp8_flavor, target, cfg.rows)
+    max_len = block_table.shape[1] * PAGE_ROWS
+    out = torch.empty((b, n, max_len), dtype=torch.float32, device=q.device)
+    if b == 0 or n == 0 or max_len == 0:
+        return out
+    lc = triton.cdiv(cfg.logits_rows, cfg.bn) * cfg.bn
+    s = triton.cdiv(max_len, lc)
+    paged_scores_kernel[(b * g * s,)](
+        context_lens=context_lens, dst=out, S=s, C=lc, it0=0, n_items=b * g * s, BN=cfg.bn, TO_WS=False,
+        **args, **_opts(cfg, target))
+    return out
+
+
+def paged_topk(q, q_scale, kv_cache, weights, block_table, context_lens, topk, fmt, fp8_flavor,
+               programs: int | None = None, stats: dict | None = None):
+    """Fused paged top-k (see kernels/paged_indexer.py). ``programs`` overrides the persistent grid;
+    ``stats`` (tests, benchmarks) receives the split plan and the per-list candidate counts."""
+    target = configs.target_for(q.device)
+    cfg = configs.PAGED[target]
+    _check_cfg(cfg)
+    args, b, n, g = _common(q, q_scale, weights, kv_cache, block_table, fmt, fp8_flavor, target, cfg.rows)
+    dev = q.device
+    out_v = torch.empty((b, n, topk), dtype=torch.float32, device=dev)
+    out_i = torch.empty((b, n, topk), dtype=torch.int32, device=dev)
+    max_len = block_table.shape[1] * PAGE_ROWS
+    if b == 0 or n == 0:
+        return out_v, out_i
+    if max_len == 0:
+        return out_v.fill_(float("-inf")), out_i.fill_(-1)
+    nprog_max = programs or configs.persistent_programs(dev, cfg.progs_per_sm)
+    plan = split_plan(b, g, max_len, topk, cfg, nprog_max)
+    items = b * g * plan.splits
+    nprog = max(1, min(items, nprog_max))  # programs per wave = workspace slots
+    nt, rows = args["NT"], b * n
+    ws = torch.empty((nprog, nt * plan.chunk), dtype=torch.float32, device=dev)
+    split = plan.splits > 1
+    if stats is not None:
+        stats.update(plan=plan, programs=nprog)
+    if split:
+        part_v = torch.empty((rows, plan.splits, plan.kp), dtype=torch.float32, device=dev)
+        part_i = torch.empty((rows, plan.splits, plan.kp), dtype=torch.int32, device=dev)
+        hist = torch.zeros((rows, HIST_BINS.value), dtype=torch.int32, device=dev)
+    else:
+        part_v, part_i, hist = out_v, out_i, out_i
+    kp_p2 = triton.next_power_of_2(plan.kp)
+    for it0 in range(0, items, nprog):
+        wave = min(nprog, items - it0)
+        paged_scores_kernel[(wave,)](
+            context_lens=context_lens, dst=ws, S=plan.splits, C=plan.chunk, it0=it0, n_items=items,
+            BN=cfg.bn, TO_WS=True, **args, **_opts(cfg, target))
+        paged_select_kernel[(wave * nt,)](
+            ws, context_lens, part_v, part_i, hist, n, g, plan.splits, plan.chunk, it0, items,
+            block_table.shape[1], NT=nt, KP=plan.kp, KP_P2=kp_p2, CH=cfg.ch, SPLIT=split,
+            num_warps=cfg.merge_warps)
+    if not split:
+        return out_v, out_i
+    cnt = torch.empty((rows, plan.splits), dtype=torch.int32, device=dev)
+    paged_filter_kernel[(rows * plan.splits,)](
+        part_v, part_i, hist, cnt, context_lens, n, plan.splits, plan.chunk, block_table.shape[1], topk,
+        KP=plan.kp, KP_P2=kp_p2, num_warps=cfg.merge_warps)
+    if stats is not None:
+        stats.update(candidates=cnt)
+    cand_v = torch.empty_like(part_v)
+    cand_i = torch.empty_like(part_i)
+    s_p2 = triton.next_power_of_2(plan.splits)
+    paged_final_kernel[(rows,)](
+        part_v, part_i, cnt, cand_v, cand_i, out_v, out_i, plan.splits,
+        KP=plan.kp, TOPK=topk, TOPK_P2=triton.next_power_of_2(topk), CH=cfg.ch,
+        S_P2=s_p2, WC=max(1, FINAL_TILE // s_p2), num_warps=cfg.merge_warps)
+    return out_v, out_i
+
+
+def paged_gather(kv_cache, block_table, context_lens, total_rows: int, payload_bytes: int, scale_bytes: int):
+    """(payload uint8 [total_rows, A], scales uint8 [total_rows, S], k_start, k_end int32 [B])."""
+    dev = kv_cache.device
+    b, max_pages = block_table.shape
+    max_len = max_pages * PAGE_ROWS
+    ctx = context_lens.clamp(0, max_len).to(torch.int64)
+    end = torch.cumsum(ctx, 0)
+    start = end - ctx
+    out_a = torch.zeros((total_rows, payload_bytes), dtype=torch.uint8, device=dev)
+    out_s = torch.zeros((total_rows, scale_bytes), dtype=torch.uint8, device=dev)
+    if b and max_len and total_rows:
+        paged_gather_kernel[(b, triton.cdiv(max_len, GATHER_ROWS))](
+            kv_cache, block_table, context_lens, start, out_a, out_s, total_rows, max_pages,
+            kv_cache.shape[0], block_table.stride(0), kv_cache.stride(0),
+            A=payload_bytes, SB=scale_bytes, GR=GATHER_ROWS)
+    return (out_a, out_s, start.clamp(max=total_rows).to(torch.int32), end.clamp(max=total_rows).to(torch.int32))
+
+
+# --- ahead-of-time variants (python -m inductor_dsa.aot) -------------------------------------
+
+def _aligned(fn, sig, ints=("skv", "C")):
+    """ASTSource attrs marking pointers (and page stride / chunk) 16-divisible, as the runtime JIT
+    specialises them for 16-byte aligned tensors and such integers; without it the AOT build
+    would load the cache byte by byte."""
+    return {(fn.arg_names.index(a),): [["tt.divisibility", 16]]
+            for a, t in sig.items() if (t.startswith("*") or a in ints) and t != "constexpr"}
+
+
+def aot_variants(target: str, head_dim: int = 128, heads: int = 64):
+    """(name, kernel, signature, constexprs, options, attrs) of every shipped paged config for a target."""
+    cfg = configs.PAGED[target]
+    opts = _opts(cfg, target)
+    ptr = dict(q="*bf16", qx="*bf16", w="*bf16", kv="*u8", block_table="*i32", context_lens="*i32",
+               dst="*fp32", ws="*fp32", part_v="*fp32", part_i="*i32", hist="*i32")
+    for fmt, flavor in (("mxfp4", "fn"), ("fp8", _NATIVE_FP8[target][0]), ("fp8", "fn" if target == "gfx942" else "fnuz")):
+        k_fmt, fnuz, fp8_dtype = _kv_format(fmt, flavor, target)
+        for n_tok in (1, 2, 4):
+            hp, nt, _ = tiles(n_tok, heads, cfg.rows)
+            base = dict(H=heads, Q_FMT=FMT_TENSOR.value, K_FMT=k_fmt, FNUZ=fnuz, FP8_DTYPE=fp8_dtype,
+                        DOT_DTYPE=tl.bfloat16, D=head_dim, HP=hp, NT=nt, BN=cfg.bn)
+            tag = f"{fmt}{'-' + flavor if fmt == 'fp8' else ''} N={n_tok} D={head_dim} H={heads}"
+            for to_ws in (False, True):
+                consts = dict(base, TO_WS=to_ws)
+                sig = {a: ("constexpr" if a in consts else ptr.get(a, "i32")) for a in paged_scores_kernel.arg_names}
+                yield (f"paged_scores[{tag}{' ws' if to_ws else ' logits'}]", paged_scores_kernel, sig, consts, opts,
+                       _aligned(paged_scores_kernel, sig))
+    mopts = dict(num_warps=cfg.merge_warps)
+    for nt in (1, 4):
+        for topk, split in ((512, False), (1024, True), (2048, True)):
+            consts = dict(NT=nt, KP=topk, KP_P2=triton.next_power_of_2(topk), CH=cfg.ch, SPLIT=split)
+            sig = {a: ("constexpr" if a in consts else ptr.get(a, "i32")) for a in paged_select_kernel.arg_names}
+            yield (f"paged_select[NT={nt} topk={topk}{' split' if split else ''}]", paged_select_kernel, sig,
+                   consts, mopts, _aligned(paged_select_kernel, sig))
+    for topk in (512, 1024, 2048):
+        consts = dict(KP=topk, KP_P2=triton.next_power_of_2(topk))
+        sig = {a: ("constexpr" if a in consts else ptr.get(a, "*fp32" if a.endswith("_v") else
+                                                          ("*i32" if a in ("part_i", "cnt") else "i32")))
+               for a in paged_filter_kernel.arg_names}
+        sig.update(context_lens="*i32")
+        yield f"paged_merge_filter[topk={topk}]", paged_filter_kernel, sig, consts, mopts, _aligned(paged_filter_kernel, sig)
+        s_p2 = 256
+        consts = dict(KP=topk, TOPK=topk, TOPK_P2=triton.next_power_of_2(topk), CH=cfg.ch, S_P2=s_p2,
+                      WC=max(1, FINAL_TILE // s_p2))
+        sig = {a: ("constexpr" if a in consts else
+                   ("*fp32" if a.endswith("_v") else ("*i32" if a in ("part_i", "cand_i", "out_i", "cnt") else "i32")))
+               for a in paged_final_kernel.arg_names}
+        yield (f"paged_merge_final[topk={topk} S<=256]", paged_final_kernel, sig, consts, mopts,
+               _aligned(paged_final_kernel, sig))
+    consts = dict(A=head_dim // 2, SB=head_dim // 32, GR=GATHER_ROWS)
+    sig = {a: ("constexpr" if a in consts else
+               ("*u8" if a in ("kv", "out_a", "out_s") else ("*i32" if a in ("block_table", "context_lens") else
+                                                              ("*i64" if a == "cu" else "i32"))))
+           for a in paged_gather_kernel.arg_names}
+    yield (f"paged_gather[mxfp4 D={head_dim}]", paged_gather_kernel, sig, consts, dict(num_warps=4),
+           _aligned(paged_gather_kernel, sig))

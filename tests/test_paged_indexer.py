@@ -1,0 +1,343 @@
+"""Paged (decode) indexer: logits, fused top-k, flat-buffer gather, against the float64 oracle.
+
+Fresh random inputs per test (conftest's seeded generator). Caches are full of random bytes;
+only the rows a request can see are real encodings, so reading any other row (past the context,
+an unused page, a garbage block-table entry) shows up as NaN/garbage scores.
+Run: TRITON_INTERPRET=1 python -m pytest tests/test_paged_indexer.py -q
+"""
+import dataclasses
+
+import pytest
+import torch
+
+import inductor_dsa as idsa
+from inductor_dsa import formats, reference
+from inductor_dsa.kernels import configs, paged_launch
+from conftest import DEVICE
+
+PAGE = formats.PAGE_ROWS
+TARGET = "interpreter" if DEVICE == "cpu" else None
+
+
+def _flavor(fmt, flavor):
+    return flavor if fmt == "fp8" else "fn"
+
+
+def make_case(gen, *, fmt="mxfp4", flavor="fn", b=4, n=2, h=8, d=64, max_pages=3, ctx=None,
+              shared=True, q_mxfp4=False, ints=False):
+    """(q, kv_cache, weights, block_table, context_lens) on the CPU.
+
+    Pages are shuffled, requests 1 and 2 share their first page when ``shared``, block-table
+    entries past the context hold garbage ids (-1, huge, random), unused rows hold random bytes."""
+    ctx = torch.tensor(ctx if ctx is not None else [0, 1, 65, 190][:b], dtype=torch.int32)
+    b = ctx.numel()
+    live = [min(max(int(c), 0), max_pages * PAGE) for c in ctx]
+    n_used = [-(-c // PAGE) for c in live]
+    num_pages = sum(n_used) + 2  # two pages nobody references
+    a, s = formats.row_bytes(fmt, d)
+    cache = torch.randint(0, 256, (num_pages, PAGE * (a + s)), generator=gen, dtype=torch.uint8)
+    perm = torch.randperm(num_pages, generator=gen).tolist()
+    bt = torch.randint(-5, 10**6, (b, max_pages), generator=gen, dtype=torch.int32)
+    bt[:, -1] = -1
+    seen = {}  # page -> rows some request can see
+    for i, k in enumerate(n_used):
+        for p in range(k):
+            if shared and i == 2 and p == 0 and n_used[1] > 0:
+                bt[i, p] = bt[1, 0]  # prefix sharing: the same physical page
+            else:
+                bt[i, p] = perm.pop()
+            pg = int(bt[i, p])
+            seen[pg] = max(seen.get(pg, 0), min(PAGE, live[i] - p * PAGE))
+    # referenced pages: real encodings in the rows someone sees, random bytes in the rest
+    for pg, rows in seen.items():
+        x = torch.randint(-2, 3, (PAGE, d), generator=gen).float() if ints else torch.randn(PAGE, d, generator=gen)
+        payload, scale = formats.encode_rows(x, fmt, _flavor(fmt, flavor))
+        page = formats.pack_pages(payload, scale)[0]
+        junk = cache[pg]
+        page[: PAGE * a].view(PAGE, a)[rows:] = junk[: PAGE * a].view(PAGE, a)[rows:]
+        page[PAGE * a:].view(PAGE, s)[rows:] = junk[PAGE * a:].view(PAGE, s)[rows:]
+        cache[pg] = page
+    if ints:
+        q = torch.randint(-2, 3, (b, n, h, d), generator=gen).bfloat16()
+        w = torch.randint(-2, 3, (b, n, h), generator=gen).bfloat16()
+    else:
+        q = torch.randn(b, n, h, d, generator=gen).bfloat16()
+        w = torch.randn(b, n, h, generator=gen)  # signed, like weights_proj output
+    if q_mxfp4:
+        q = formats.mxfp4_encode(q.float())
+    return q, cache, w, bt, ctx
+
+
+def _dev(x):
+    if isinstance(x, (tuple, list)):
+        return tuple(_dev(y) for y in x)
+    return x.to(DEVICE)
+
+
+def _run_topk(case, topk, fmt, flavor):
+    q, cache, w, bt, ctx = case
+    return idsa.paged_indexer_topk(_dev(q), _dev(cache), _dev(w), _dev(bt), _dev(ctx), topk, fmt=fmt,
+                                   fp8_flavor=_flavor(fmt, flavor))
+
+
+def _oracle(case, fmt, flavor):
+    q, cache, w, bt, ctx = case
+    return reference.paged_indexer_logits(q, cache, w, bt, ctx, fmt, _flavor(fmt, flavor))
+
+
+def assert_topk(vals, idx, ref, topk, tol=1e-5):
+    """Set-with-tolerance vs the fp64 logits [B, N, L]; values match the oracle at the chosen rows."""
+    vals, idx = vals.cpu(), idx.cpu()
+    b, n, max_len = ref.shape
+    assert vals.shape == idx.shape == (b, n, topk)
+    assert vals.dtype == torch.float32 and idx.dtype == torch.int32
+    ref2 = ref.reshape(b * n, max_len)
+    msg = reference.topk_mismatch(idx.reshape(b * n, topk), ref2, topk)
+    assert msg is None, msg
+    idx2, vals2 = idx.reshape(b * n, topk), vals.reshape(b * n, topk)
+    taken = idx2 >= 0
+    assert (vals2[~taken] == float("-inf")).all()
+    want = ref2.gather(1, idx2.long().clamp(min=0))
+    fin = ref2[torch.isfinite(ref2)]
+    scale = max(fin.abs().max().item(), 1.0) if fin.numel() else 1.0
+    assert (torch.where(taken, vals2.double() - want, 0)).abs().max() <= tol * scale
+    assert (vals2[:, :-1] >= vals2[:, 1:]).all()  # descending, -inf padding last
+
+
+# split configs: no split, chunks of 64 rows (bn 32), chunks of 48 rows (bn 16: 4 blocks per page)
+SPLITS = {
+    "nosplit": dict(chunk_min=4096, chunk_max=4096),
+    "split64": dict(bn=32, chunk_min=64, chunk_max=64),
+    "split48-bn16": dict(bn=16, chunk_min=48, chunk_max=48),
+}
+
+
+@pytest.fixture
+def split(request, monkeypatch):
+    """Force a sequence-split plan on the config of the device under test."""
+    target = configs.target_for(torch.device(DEVICE))
+    cfg = configs.PAGED[target]
+    monkeypatch.setitem(configs.PAGED, target, dataclasses.replace(cfg, **SPLITS[request.param]))
+    return request.param
+
+
+@pytest.mark.parametrize("split", list(SPLITS), indirect=True)
+@pytest.mark.parametrize("fmt,flavor", [("mxfp4", "fn"), ("fp8", "fn"), ("fp8", "fnuz")])
+def test_topk_matches_oracle(fmt, flavor, split, gen):
+    case = make_case(gen, fmt=fmt, flavor=flavor)
+    stats = {}
+    q, cache, w, bt, ctx = _dev(case)
+    vals, idx = paged_launch.paged_topk(q, None, cache, w, bt, ctx, 24, fmt, _flavor(fmt, flavor), stats=stats)
+    assert_topk(vals, idx, _oracle(case, fmt, flavor), 24)
+    assert (stats["plan"].splits > 1) == (split != "nosplit")
+    if split != "nosplit":
+        # the histogram threshold prunes: request 3 (190 rows) has S lists of 24 candidates;
+        # far fewer than all of them survive to the final select
+        cand = stats["candidates"].cpu().reshape(4, 2, -1).sum(-1)
+        assert (cand[3] >= 24).all() and (cand[3] < 24 * stats["plan"].splits - 12).all(), cand
+    assert (idx[0] == -1).all()  # context_len 0
+    assert (idx[1, :, 1:] == -1).all() and (idx[1, :, 0] == 0).all()  # context_len 1
+
+
+@pytest.mark.parametrize("split", ["nosplit", "split64"], indirect=True)
+def test_topk_larger_than_context(split, gen):
+    # topk 200 > contexts 0, 37, 70 and > max_len 192 (context_lens 250 is clamped to 192)
+    case = make_case(gen, ctx=[0, 37, 250, 70])
+    vals, idx = _run_topk(case, 200, "mxfp4", "fn")
+    assert_topk(vals, idx, _oracle(case, "mxfp4", "fn"), 200)
+    assert (idx[1, :, 37:] == -1).all() and (idx[2, :, 192:] == -1).all() and (idx[3, :, 70:] == -1).all()
+    assert (idx[2, :, :192] >= 0).all()
+
+
+@pytest.mark.parametrize("split", ["nosplit", "split64"], indirect=True)
+@pytest.mark.parametrize("n,h", [(1, 8), (3, 16)])
+def test_topk_tokens_and_groups(n, h, split, gen):
+    # N=3, H=16: 16 query rows per program under the interpreter -> 3 token groups
+    case = make_case(gen, n=n, h=h, d=32, ctx=[5, 129, 150])
+    vals, idx = _run_topk(case, 16, "mxfp4", "fn")
+    assert_topk(vals, idx, _oracle(case, "mxfp4", "fn"), 16)
+
+
+@pytest.mark.parametrize("split", ["split64"], indirect=True)
+@pytest.mark.parametrize("fmt", ["mxfp4", "fp8"])
+def test_topk_mxfp4_query(fmt, split, gen):
+    case = make_case(gen, fmt=fmt, q_mxfp4=True, ctx=[3, 100, 170])
+    vals, idx = _run_topk(case, 20, fmt, "fn")
+    assert_topk(vals, idx, _oracle(case, fmt, "fn"), 20)
+
+
+@pytest.mark.parametrize("split", ["nosplit", "split64"], indirect=True)
+@pytest.mark.parametrize("zero_w", [False, True])
+def test_topk_ties_exact(zero_w, split, gen):
+    # small integers: exact scores, many ties; zero weights make every score 0 (all one bin):
+    # the result must equal the stable descending sort (lowest rows first) exactly
+    case = make_case(gen, ctx=[0, 65, 150, 190], ints=True)
+    if zero_w:
+        case = case[:2] + (torch.zeros_like(case[2]),) + case[3:]
+    vals, idx = _run_topk(case, 30, "mxfp4", "fn")
+    want_v, want_i = reference.paged_indexer_topk(*case, 30)
+    assert torch.equal(idx.cpu(), want_i) and torch.equal(vals.cpu(), want_v)
+
+
+@pytest.mark.parametrize("split", ["split64"], indirect=True)
+def test_out_of_range_page_reads_as_zero_row(split, gen):
+    q, cache, w, bt, ctx = make_case(gen, ctx=[70, 130, 0, 10], shared=False)
+    bt[0, 1] = cache.shape[0] + 7  # inside the context of request 0 (rows 64..69)
+    bt[1, 0] = -3                  # rows 0..63 of request 1
+    case = (q, cache, w, bt, ctx)
+    ref = _oracle(case, "mxfp4", "fn")
+    assert (ref[0, :, 64:70] == 0).all() and (ref[1, :, :64] == 0).all()
+    vals, idx = _run_topk(case, 80, "mxfp4", "fn")
+    assert_topk(vals, idx, ref, 80)
+    with pytest.raises(ValueError, match="block_table"):
+        idsa.paged_indexer_topk(*_dev(case), 8, check_values=True)
+    bad_ctx = ctx.clone()
+    bad_ctx[3] = 3 * PAGE + 1
+    with pytest.raises(ValueError, match="context_lens"):
+        idsa.paged_indexer_logits(*_dev((q, cache, w, bt, bad_ctx)), check_values=True)
+
+
+@pytest.mark.parametrize("fmt,flavor", [("mxfp4", "fn"), ("fp8", "fnuz")])
+def test_logits_match_oracle(fmt, flavor, gen):
+    # context_lens past max_len (250 > 192) is clamped; -1 is clamped to 0
+    case = make_case(gen, fmt=fmt, flavor=flavor, ctx=[-1, 250, 1, 77])
+    q, cache, w, bt, ctx = case
+    out = idsa.paged_indexer_logits(*_dev(case), fmt=fmt, fp8_flavor=flavor).cpu()
+    ref = _oracle(case, fmt, flavor)
+    assert out.shape == (4, 2, 3 * PAGE) and out.dtype == torch.float32
+    fin = torch.isfinite(ref)
+    assert fin.sum() == 2 * (1 + 77 + 192)
+    assert torch.equal(torch.isfinite(out), fin) and (out[~fin] == float("-inf")).all()
+    assert (out.double() - ref)[fin].abs().max() <= 1e-5 * ref[fin].abs().max()
+
+
+@pytest.mark.parametrize("fmt,flavor", [("mxfp4", "fn"), ("fp8", "fn")])
+def test_gather_feeds_prefill_topk(fmt, flavor, gen):
+    q, cache, w, bt, ctx = make_case(gen, fmt=fmt, flavor=flavor, ctx=[0, 50, 70, 130])
+    k, ks, ke = idsa.paged_gather(_dev(cache), _dev(bt), _dev(ctx), fmt=fmt, fp8_flavor=flavor)
+    want_a, want_s, want_ks, want_ke = reference.paged_gather(cache, bt, ctx, fmt, 64)
+    assert torch.equal(ks.cpu(), want_ks) and torch.equal(ke.cpu(), want_ke)
+    assert ke[-1].item() == 250 and k[0].shape[0] == 250
+    raw_s = k[1].view(torch.uint8).reshape(250, -1) if fmt == "fp8" else k[1]
+    assert torch.equal(k[0].view(torch.uint8).cpu(), want_a) and torch.equal(raw_s.cpu(), want_s)
+    b, n, h, d = q.shape
+    ts, te = idsa.paged.token_ranges(ks, ke, n)
+    vals, idx = idsa.indexer_topk(_dev(q.reshape(b * n, h, d)), k, _dev(w.reshape(b * n, h)), 16,
+                                  k_start=ts, k_end=te)
+    local = torch.where(idx >= 0, idx - ts.unsqueeze(1), -1).reshape(b, n, 16)
+    assert_topk(vals.reshape(b, n, 16), local, _oracle((q, cache, w, bt, ctx), fmt, flavor), 16)
+
+
+def test_gather_total_rows(gen):
+    _, cache, _, bt, ctx = make_case(gen, ctx=[3, 64, 0, 20])
+    for total in (100, 70):  # more rows than the 87 live (zero tail), fewer (truncated ranges)
+        k, ks, ke = idsa.paged_gather(_dev(cache), _dev(bt), _dev(ctx), total_rows=total)
+        want = reference.paged_gather(cache, bt, ctx, "mxfp4", 64, total)
+        assert k[0].shape == (total, 32)
+        for got, exp in zip((k[0], k[1], ks, ke), want):
+            assert torch.equal(got.cpu(), exp)
+    assert ke.tolist() == [3, 67, 67, 70]
+
+
+def test_empty_inputs(gen):
+    q, cache, w, bt, ctx = make_case(gen, ctx=[0, 0])
+    vals, idx = idsa.paged_indexer_topk(*_dev((q, cache, w, bt, ctx)), 5)
+    assert (idx == -1).all() and (vals == float("-inf")).all()
+    # max_pages = 0
+    v, i = idsa.paged_indexer_topk(*_dev((q, cache, w, bt[:, :0], ctx)), 5)
+    assert v.shape == (2, 2, 5) and (i == -1).all()
+    assert idsa.paged_indexer_logits(*_dev((q, cache, w, bt[:, :0], ctx))).shape == (2, 2, 0)
+    # batch 0
+    v, i = idsa.paged_indexer_topk(*_dev((q[:0], cache, w[:0], bt[:0], ctx[:0])), 5)
+    assert v.shape == (0, 2, 5)
+
+
+def test_split_plan_fills_the_gpu():
+    cfg = configs.PAGED["sm90"]
+    for b, max_len, topk in [(1, 262144, 1024), (8, 262144, 1024), (64, 32768, 512), (128, 65536, 1024)]:
+        hp, nt, g = paged_launch.tiles(1, 64, cfg.rows)
+        plan = paged_launch.split_plan(b, g, max_len, topk, cfg, 132 * cfg.progs_per_sm)
+        items = b * g * plan.splits
+        assert 132 <= items, (b, plan)
+        assert items <= 264 or plan.chunk == cfg.chunk_max, (b, plan)  # one wave unless chunk-bound
+        assert cfg.chunk_min <= plan.chunk <= cfg.chunk_max and plan.chunk % cfg.bn == 0
+        assert plan.splits * plan.chunk >= max_len and plan.kp == min(topk, plan.chunk)
+    assert paged_launch.split_plan(4, 1, 1024, 512, cfg, 264).splits == 1
+
+
+def _ok_args():
+    g = torch.Generator().manual_seed(1)
+    return make_case(g, b=2, ctx=[3, 70], d=32, h=2)
+
+
+@pytest.mark.parametrize("mutate,exc,match", [
+    (lambda q, c, w, bt, cl: (q[0], c, w, bt, cl), ValueError, "q must be"),
+    (lambda q, c, w, bt, cl: (q.half(), c, w, bt, cl), TypeError, "q must be bf16"),
+    (lambda q, c, w, bt, cl: (q[..., :16], c, w, bt, cl), ValueError, "head_dim"),
+    (lambda q, c, w, bt, cl: (q[..., :24], c, w, bt, cl), ValueError, "power of two"),
+    (lambda q, c, w, bt, cl: ("q", c, w, bt, cl), TypeError, "q must be a torch.Tensor"),
+    (lambda q, c, w, bt, cl: (q, c.view(torch.int8), w, bt, cl), TypeError, "kv_cache must be uint8"),
+    (lambda q, c, w, bt, cl: (q, c[:, :100], w, bt, cl), ValueError, "kv_cache must be"),
+    (lambda q, c, w, bt, cl: (q, c.flatten(), w, bt, cl), ValueError, "kv_cache must be"),
+    (lambda q, c, w, bt, cl: (q, c.t().contiguous().t(), w, bt, cl), ValueError, "kv_cache: each page"),
+    (lambda q, c, w, bt, cl: (q, c, w[:, :1], bt, cl), ValueError, "weights must have shape"),
+    (lambda q, c, w, bt, cl: (q, c, w.int(), bt, cl), TypeError, "weights must be"),
+    (lambda q, c, w, bt, cl: (q, c, w, bt.long(), cl), TypeError, "block_table must be int32"),
+    (lambda q, c, w, bt, cl: (q, c, w, bt[0], cl), ValueError, "block_table must be"),
+    (lambda q, c, w, bt, cl: (q, c, w, bt[:1], cl), ValueError, "block_table has 1 rows"),
+    (lambda q, c, w, bt, cl: (q, c, w, bt, cl.long()), TypeError, "context_lens must be int32"),
+    (lambda q, c, w, bt, cl: (q, c, w, bt, cl[:1]), ValueError, "context_lens must have shape"),
+    (lambda q, c, w, bt, cl: (q, c, w, bt.to("meta"), cl), ValueError, "on meta"),
+    (lambda q, c, w, bt, cl: (q, c.to("meta"), w, bt, cl), ValueError, "on meta"),
+])
+def test_bad_inputs(mutate, exc, match):
+    args = mutate(*_ok_args())
+    with pytest.raises(exc, match=match):
+        idsa.paged_indexer_topk(*args, 4)
+    with pytest.raises(exc, match=match):
+        idsa.paged_indexer_logits(*args)
+
+
+def test_bad_format_and_topk():
+    q, c, w, bt, cl = _ok_args()
+    with pytest.raises(ValueError, match="fmt"):
+        idsa.paged_indexer_topk(q, c, w, bt, cl, 4, fmt="int4")
+    with pytest.raises(ValueError, match="fp8_flavor"):
+        idsa.paged_indexer_topk(q, c, w, bt, cl, 4, fmt="fp8", fp8_flavor="e5m2")
+    with pytest.raises(ValueError, match="kv_cache must be"):  # an mxfp4 cache read as fp8
+        idsa.paged_indexer_topk(q, c, w, bt, cl, 4, fmt="fp8")
+    with pytest.raises(ValueError, match="topk"):
+        idsa.paged_indexer_topk(q, c, w, bt, cl, 0)
+    with pytest.raises(TypeError, match="topk"):
+        idsa.paged_indexer_topk(q, c, w, bt, cl, 2.0)
+    with pytest.raises(TypeError, match="q\\[1\\]"):
+        idsa.paged_indexer_topk((q.view(torch.uint8), torch.zeros(2, 2, 2, 1)), c, w, bt, cl, 4)
+    with pytest.raises(ValueError, match="row size"):
+        idsa.paged_gather(c[:, :640], bt, cl)
+    with pytest.raises(ValueError, match="total_rows"):
+        idsa.paged_gather(c, bt, cl, total_rows=-1)
+
+
+def test_opcheck(gen):
+    q, c, w, bt, cl = (_dev(x) for x in _ok_args())
+    utils = ("test_schema", "test_faketensor")
+    torch.library.opcheck(torch.ops.inductor_dsa.paged_indexer_logits.default,
+                          (q, None, c, w, bt, cl, "mxfp4", "fn"), test_utils=utils)
+    torch.library.opcheck(torch.ops.inductor_dsa.paged_indexer_topk.default,
+                          (q, None, c, w, bt, cl, 4, "mxfp4", "fn"), test_utils=utils)
+    torch.library.opcheck(torch.ops.inductor_dsa.paged_gather.default, (c, bt, cl, 80, "mxfp4"), test_utils=utils)
+
+
+def test_compiled_call_names_the_op(gen):
+    q, c, w, bt, cl = (_dev(x) for x in _ok_args())
+
+    def fn(q, c, w, bt, cl):
+        vals, idx = idsa.paged_indexer_topk(q, c, w, bt, cl, 4)
+        return vals * 2, idx
+
+    from torch._inductor.utils import run_and_get_code
+    torch._dynamo.reset()
+    (vals, idx), codes = run_and_get_code(torch.compile(fn, fullgraph=True), q, c, w, bt, cl)
+    assert any("inductor_dsa.paged_indexer_topk" in code for code in codes)
+    ref = reference.paged_indexer_logits(*_ok_args())
+    assert_topk(vals / 2, idx, ref, 4)
