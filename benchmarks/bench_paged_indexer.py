@@ -4,7 +4,8 @@
 
 Cases: H=64, D=128, MXFP4 paged cache (68 B per row, 64-row pages, pages shuffled), N query
 tokens per request (default 1), context_lens = L minus a few rows (odd lengths).
-"eager" is the serving-engine fallback: gather cache[block_table], dequantise to bf16, bmm,
+"ours, CUDA graph" replays our op captured in a graph (GPU time without Python launch overhead;
+the plain row includes it). "eager" is the serving-engine fallback: gather cache[block_table], dequantise to bf16, bmm,
 relu, x weights, head sum, mask, topk. "torch.compile" compiles that same function in this
 process. Floor = max(bytes / copy bandwidth, flops / bf16 peak) with bytes = visible cache rows
 + q + weights + block table + outputs and flops = 2*N*H*D per visible (token, row) pair.
@@ -67,6 +68,21 @@ def eager_bytes(b, n, length):
     return rows * ROW + rows * D * (4 + 2 + 2 + 2) + 3 * b * n * H * length * 2 + b * n * length * 4
 
 
+def graphed(fn):
+    """fn captured in a CUDA graph; returns its replay (GPU time without Python launch overhead)."""
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):
+        fn()
+    torch.cuda.current_stream().wait_stream(side)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        out = fn()
+    def replay(keep=(graph, out)):  # the default argument keeps the graph and its outputs alive
+        graph.replay()
+    return replay
+
+
 def make_case(b, length, n=1, seed=0):
     g = torch.Generator(device="cuda").manual_seed(seed)
     pages_per = length // 64
@@ -104,10 +120,10 @@ def bench_case(name, b, length, topk, n, args, ceil):
     floor, flops = floor_ms(b, n, ctx_sum, topk, ceil)
     rows = []
 
-    def row(impl, fn, extra=None):
+    def row(impl, fn, extra=None, peak=True):
         torch.cuda.synchronize()
         ms = time_ms(fn)
-        peak = peak_extra_bytes(fn) / 2**20
+        peak = peak_extra_bytes(fn) / 2**20 if peak else float("nan")  # a graph's pool is allocated at capture
         r = dict(case=name, impl=impl, ms=ms, tflops=flops / ms / 1e9, floor_ms=floor, x_floor=ms / floor,
                  peak_mib=peak)
         r.update(extra or {})
@@ -124,6 +140,8 @@ def bench_case(name, b, length, topk, n, args, ceil):
     ok = check(q, cache, w, bt, ctx, topk, idx, (0, b - 1) if b > 1 else (0,))
     row("ours: paged top-k", lambda: inductor_dsa.paged_indexer_topk(q, cache, w, bt, ctx, topk),
         dict(check=ok, splits=plan.splits, chunk=plan.chunk, programs=stats["programs"]))
+    row("ours: paged top-k, CUDA graph", graphed(lambda: inductor_dsa.paged_indexer_topk(q, cache, w, bt, ctx, topk)),
+        peak=False)
     if not args.quick:
         row("ours: paged logits only", lambda: inductor_dsa.paged_indexer_logits(q, cache, w, bt, ctx))
     free = torch.cuda.mem_get_info()[0]

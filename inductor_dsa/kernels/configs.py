@@ -113,7 +113,7 @@ class PagedConfig:
     rows: int           # query rows (tokens x padded heads) resident per program; more tokens -> groups
     num_warps: int
     num_stages: int
-    progs_per_sm: int   # persistent phase-1 programs per multiprocessor
+    progs_per_sm: int   # programs (workspace slots) per multiprocessor in one wave of score programs
     chunk_min: int      # rows per sequence split, at least ...
     chunk_max: int      # ... and at most this (bounds the per-program workspace: tokens x chunk fp32)
     ch: int             # elements per chunk in the radix-select passes
@@ -133,11 +133,11 @@ PAGED = {
     "interpreter": PagedConfig(bn=32, rows=16, num_warps=4, num_stages=1, progs_per_sm=1,
                                chunk_min=64, chunk_max=128, ch=64, logits_rows=64),
 }
-PAGED_CPU_PROGRAMS = 3  # persistent programs under the interpreter (it runs them one by one)
+PAGED_CPU_PROGRAMS = 3  # programs per wave under the interpreter (small: exercises several waves)
 
 
-def persistent_programs(device: torch.device, per_sm: int) -> int:
-    """Persistent grid size: multiprocessors x per_sm on a GPU, a few under the interpreter."""
+def wave_programs(device: torch.device, per_sm: int) -> int:
+    """Programs per wave: multiprocessors x per_sm on a GPU, a few under the interpreter."""
     if device.type == "cpu":
         return PAGED_CPU_PROGRAMS
     return multiprocessors(device.index if device.index is not None else torch.cuda.current_device()) * per_sm

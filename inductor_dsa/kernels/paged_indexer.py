@@ -7,9 +7,9 @@ key_b[j] is row ``j % 64`` of page ``block_table[b, j // 64]`` of a uint8 cache 
 bytes then 64 x 4 fp32-scale bytes). Every query token of a request sees the same rows.
 
 Score block (all kernels): a program holds the NT query tokens of one request with all their
-heads, Q^T [D, NT*HP] (the prefill ``_query_tile``), and streams BN key rows at a time: per row it
-reads the page id from the block table, loads the row's bytes straight from its page, decodes
-them in registers (E2M1 nibble lookup x E8M0 scale, or e4m3 -> bf16 with the fp32 row scale after
+heads, Q^T [D, NT*HP] (the prefill ``_query_tile``), and streams blocks of BN key rows (BN divides
+the 64-row page, so one block-table read per block, prefetched a block ahead), loads the rows'
+bytes straight from their page, decodes them in registers (E2M1 nibble lookup x E8M0 scale, or e4m3 -> bf16 with the fp32 row scale after
 the dot) and runs the prefill ``_score_rows`` epilogue (dot, relu, x weights, head sum). No dense
 key copy, no [B, H, L] scores. Page ids outside [0, num_pages) and rows at or past
 ``clamp(context_lens[b], 0, max_len)`` are never loaded (masked loads; such a page id inside the

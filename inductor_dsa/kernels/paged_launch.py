@@ -118,7 +118,7 @@ def paged_logits(q, q_scale, kv_cache, weights, block_table, context_lens, fmt, 
 
 def paged_topk(q, q_scale, kv_cache, weights, block_table, context_lens, topk, fmt, fp8_flavor,
                programs: int | None = None, stats: dict | None = None):
-    """Fused paged top-k (see kernels/paged_indexer.py). ``programs`` overrides the persistent grid;
+    """Fused paged top-k (see kernels/paged_indexer.py). ``programs`` overrides the programs per wave;
     ``stats`` (tests, benchmarks) receives the split plan and the per-list candidate counts."""
     target = configs.target_for(q.device)
     cfg = configs.PAGED[target]
@@ -132,7 +132,7 @@ def paged_topk(q, q_scale, kv_cache, weights, block_table, context_lens, topk, f
         return out_v, out_i
     if max_len == 0:
         return out_v.fill_(float("-inf")), out_i.fill_(-1)
-    nprog_max = programs or configs.persistent_programs(dev, cfg.progs_per_sm)
+    nprog_max = programs or configs.wave_programs(dev, cfg.progs_per_sm)
     plan = split_plan(b, g, max_len, topk, cfg, nprog_max)
     items = b * g * plan.splits
     nprog = max(1, min(items, nprog_max))  # programs per wave = workspace slots
