@@ -44,11 +44,12 @@ class SelectConfig:
     bits: int = 8     # radix digit width: 32/bits histogram passes of 2**bits bins
 
 
+# H200, 4096 causal rows of 4096, top-512: 8-bit digits / chunk 512: 292 us; 4-bit / 256: 238 us.
 SELECT = {
-    "sm90": SelectConfig(num_warps=4, ch=512, min_rows=512),
-    "gfx942": SelectConfig(num_warps=4, ch=512, min_rows=512),
-    "cuda": SelectConfig(num_warps=4, ch=512, min_rows=512),
-    "interpreter": SelectConfig(num_warps=4, ch=64, min_rows=8),
+    "sm90": SelectConfig(num_warps=4, ch=256, min_rows=512, bits=4),
+    "gfx942": SelectConfig(num_warps=4, ch=256, min_rows=512, bits=4),
+    "cuda": SelectConfig(num_warps=4, ch=256, min_rows=512, bits=4),
+    "interpreter": SelectConfig(num_warps=4, ch=64, min_rows=8, bits=4),
 }
 TARGETS = ("gfx942", "sm90")
 
