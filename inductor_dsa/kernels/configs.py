@@ -54,6 +54,14 @@ SELECT = {
 TARGETS = ("gfx942", "sm90")
 
 
+def launch_options(cfg, target: str) -> dict:
+    """Triton launch options of a config: warps, stages, and on gfx942 its AMD-only knobs."""
+    opts = dict(num_warps=cfg.num_warps, num_stages=cfg.num_stages)
+    if target == "gfx942":
+        opts.update(cfg.extra)
+    return opts
+
+
 def interpreting() -> bool:
     return os.environ.get("TRITON_INTERPRET", "0") == "1"
 

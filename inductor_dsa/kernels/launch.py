@@ -65,28 +65,22 @@ def _plan(q, q_scale, k, k_scale, weights, target: str):
     return args, h
 
 
-def _launch_opts(cfg: configs.IndexerConfig, target: str) -> dict:
-    opts = dict(num_warps=cfg.num_warps, num_stages=cfg.num_stages)
-    if target == "gfx942":
-        opts.update(cfg.extra)
-    return opts
-
-
-def _logits_into(out, row0, rows, t, q, q_scale, k, k_scale, weights, k_start, k_end, target, fill):
+def _logits_into(out, row0, rows, t, n, h, plan, k_start, k_end, target, fill):
+    """Launch logits_kernel for tokens row0 .. min(t, row0 + rows) - 1 into out[t - row0]."""
     cfg = configs.INDEXER_LOGITS[target]
-    args, h = _plan(q, q_scale, k, k_scale, weights, target)
-    bt = cfg.tokens(args["HP"])
+    bt = cfg.tokens(plan["HP"])
     logits_kernel[(triton.cdiv(rows, bt),)](
-        k_start=k_start, k_end=k_end, out=out, T=min(t, row0 + rows), K=k.shape[0], H=h, row0=row0,
-        so_t=out.stride(0), BT=bt, BN=cfg.bn, FILL=fill, **args, **_launch_opts(cfg, target))
+        k_start=k_start, k_end=k_end, out=out, T=min(t, row0 + rows), K=n, H=h, row0=row0,
+        so_t=out.stride(0), BT=bt, BN=cfg.bn, FILL=fill, **plan, **configs.launch_options(cfg, target))
 
 
 def indexer_logits(q, q_scale, k, k_scale, weights, k_start, k_end) -> torch.Tensor:
     t, n = q.shape[0], k.shape[0]
     out = torch.empty((t, n), dtype=torch.float32, device=q.device)
     if t and n:
-        _logits_into(out, 0, t, t, q, q_scale, k, k_scale, weights, k_start, k_end,
-                     configs.target_for(q.device), True)
+        target = configs.target_for(q.device)
+        plan, h = _plan(q, q_scale, k, k_scale, weights, target)
+        _logits_into(out, 0, t, t, n, h, plan, k_start, k_end, target, True)
     return out
 
 
@@ -101,9 +95,10 @@ def indexer_topk(q, q_scale, k, k_scale, weights, k_start, k_end, topk: int):
         return out_v, out_i
     rows = min(t, max(sel.min_rows, (t * topk * 8) // (4 * max(n, 1))))
     ws = torch.empty((rows, max(n, 1)), dtype=torch.float32, device=q.device)
+    plan, h = _plan(q, q_scale, k, k_scale, weights, target)
     for row0 in range(0, t, rows):
         if n:
-            _logits_into(ws, row0, rows, t, q, q_scale, k, k_scale, weights, k_start, k_end, target, False)
+            _logits_into(ws, row0, rows, t, n, h, plan, k_start, k_end, target, False)
         select_kernel[(min(rows, t - row0),)](
             ws, k_start, k_end, out_v, out_i, row0, t, n, ws.stride(0),
             TOPK=topk, TOPK_P2=triton.next_power_of_2(topk), CH=sel.ch, BITS=sel.bits, num_warps=sel.num_warps)
@@ -142,7 +137,7 @@ def aot_variants(target: str, head_dim: int = 128, heads: int = 64, tokens: int 
                       BT=cfg.tokens(hp), BN=cfg.bn, FILL=True)
         sig = {a: ("constexpr" if a in consts else pointers.get(a, "i32")) for a in logits_kernel.arg_names}
         yield (f"indexer_logits[{fmt}] D={head_dim} H={heads}", logits_kernel, sig, consts,
-               _launch_opts(cfg, target), _v4_strides(fmt, tokens, tokens, heads, head_dim))
+               configs.launch_options(cfg, target), _v4_strides(fmt, tokens, tokens, heads, head_dim))
     sel = configs.SELECT[target]
     for n in (512, 1024, 2048):
         consts = dict(TOPK=n, TOPK_P2=triton.next_power_of_2(n), CH=sel.ch, BITS=sel.bits)
@@ -206,9 +201,7 @@ def sparse_attention(q, kv, indices, sink, scale: float, splits: int | None = No
     sink_t = sink.to(torch.float32).contiguous() if has_sink else lse
     ws = (torch.empty((b * m, splits, h, d + 4), dtype=torch.float32, device=q.device)
           if splits > 1 else lse)
-    opts = dict(num_warps=cfg.num_warps, num_stages=cfg.num_stages)
-    if target == "gfx942":
-        opts.update(cfg.extra)
+    opts = configs.launch_options(cfg, target)
     sparse_attention_kernel[grid_qh + (splits,)](
         q, kv, indices, sink_t, out, lse, ws, m, kv.shape[1], h, topk, scale * LOG2E,
         *q.stride(), *kv.stride(), *indices.stride(), *out.stride()[:3], *lse.stride()[:2],
@@ -228,9 +221,7 @@ def sparse_attention_aot_variants(target: str, b=64, m=1, h=64, d=512, n=8320, t
                     qk_scale="fp32")
     ints = dict(M=m, N=n, H=h, TOPK=topk, sq_b=m * h * d, sq_m=h * d, sq_h=d, sq_d=1, skv_b=n * d, skv_n=d,
                 skv_d=1, si_b=m * topk, si_m=topk, si_k=1, so_b=m * h * d, so_m=h * d, so_h=d, sl_b=m * h, sl_m=h)
-    opts = dict(num_warps=cfg.num_warps, num_stages=cfg.num_stages)
-    if target == "gfx942":
-        opts.update(cfg.extra)
+    opts = configs.launch_options(cfg, target)
     for splits in (1, 2):
         consts = dict(HAS_SINK=True, SPLITS=splits, DOT_DTYPE=tl.bfloat16, D=d, BH=bh, BN=cfg.bn,
                       PREFETCH=cfg.prefetch)

@@ -92,13 +92,6 @@ def _check_cfg(cfg: configs.PagedConfig) -> None:
         raise ValueError(f"PagedConfig.bn must divide {PAGE_ROWS} and be >= 16, got {cfg.bn}")
 
 
-def _opts(cfg: configs.PagedConfig, target: str) -> dict:
-    opts = dict(num_warps=cfg.num_warps, num_stages=cfg.num_stages)
-    if target == "gfx942":
-        opts.update(cfg.extra)
-    return opts
-
-
 def paged_logits(q, q_scale, kv_cache, weights, block_table, context_lens, fmt, fp8_flavor):
     target = configs.target_for(q.device)
     cfg = configs.PAGED[target]
@@ -112,7 +105,7 @@ def paged_logits(q, q_scale, kv_cache, weights, block_table, context_lens, fmt, 
     s = triton.cdiv(max_len, lc)
     paged_scores_kernel[(b * g * s,)](
         context_lens=context_lens, dst=out, S=s, C=lc, it0=0, n_items=b * g * s, BN=cfg.bn, TO_WS=False,
-        **args, **_opts(cfg, target))
+        **args, **configs.launch_options(cfg, target))
     return out
 
 
@@ -152,7 +145,7 @@ def paged_topk(q, q_scale, kv_cache, weights, block_table, context_lens, topk, f
         wave = min(nprog, items - it0)
         paged_scores_kernel[(wave,)](
             context_lens=context_lens, dst=ws, S=plan.splits, C=plan.chunk, it0=it0, n_items=items,
-            BN=cfg.bn, TO_WS=True, **args, **_opts(cfg, target))
+            BN=cfg.bn, TO_WS=True, **args, **configs.launch_options(cfg, target))
         paged_select_kernel[(wave * nt,)](
             ws, context_lens, part_v, part_i, hist, n, g, plan.splits, plan.chunk, it0, items,
             block_table.shape[1], NT=nt, KP=plan.kp, KP_P2=kp_p2, CH=cfg.ch, SPLIT=split,
@@ -206,7 +199,7 @@ def _aligned(fn, sig, ints=("skv", "C")):
 def aot_variants(target: str, head_dim: int = 128, heads: int = 64):
     """(name, kernel, signature, constexprs, options, attrs) of every shipped paged config for a target."""
     cfg = configs.PAGED[target]
-    opts = _opts(cfg, target)
+    opts = configs.launch_options(cfg, target)
     ptr = dict(q="*bf16", qx="*bf16", w="*bf16", kv="*u8", block_table="*i32", context_lens="*i32",
                dst="*fp32", ws="*fp32", part_v="*fp32", part_i="*i32", hist="*i32")
     for fmt, flavor in (("mxfp4", "fn"), ("fp8", _NATIVE_FP8[target][0]), ("fp8", "fn" if target == "gfx942" else "fnuz")):
