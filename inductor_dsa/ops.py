@@ -15,7 +15,7 @@ from typing import Optional
 import torch
 from torch import Tensor
 
-from . import checks, reference
+from . import checks, formats, reference
 from .kernels import configs
 
 TOPK_FUSED_MAX = 2048  # larger top-k: logits kernel, then a device sort
@@ -83,7 +83,7 @@ def _(q, kv, indices, sink, scale):
 # --- paged (decode) indexer ------------------------------------------------------------------
 
 def _paged_len(block_table: Tensor) -> int:
-    return block_table.shape[1] * 64
+    return block_table.shape[1] * formats.PAGE_ROWS
 
 
 @torch.library.custom_op("inductor_dsa::paged_indexer_logits", mutates_args=())

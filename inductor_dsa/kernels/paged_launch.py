@@ -13,11 +13,11 @@ import triton
 import triton.language as tl
 
 from . import configs
+from ..formats import PAGE_ROWS
 from .indexer import FMT_MXFP4, FMT_TENSOR
 from .paged_indexer import (KV_FP8, KV_FP8_BYTES, KV_MXFP4, HIST_BINS, paged_filter_kernel,
                             paged_final_kernel, paged_gather_kernel, paged_scores_kernel, paged_select_kernel)
 
-PAGE_ROWS = 64
 S_MAX = 512            # most sequence chunks per request (the final kernel holds S counts in registers)
 FINAL_TILE = 4096      # elements per copy step in paged_final_kernel
 GATHER_ROWS = 64
