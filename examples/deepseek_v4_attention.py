@@ -66,13 +66,15 @@ class Compressor(nn.Module):
 class Indexer(nn.Module):
     """CSA indexer, prefill branch: the chain inductor_dsa's pass swaps for indexer_topk."""
 
-    def __init__(self, dim, n_heads, head_dim, ratio, index_topk):
+    def __init__(self, dim, n_heads, head_dim, ratio, index_topk, max_len=4096, max_batch=1):
         super().__init__()
         self.n_heads, self.head_dim, self.ratio, self.index_topk = n_heads, head_dim, ratio, index_topk
         self.softmax_scale = head_dim ** -0.5
         self.wq = nn.Linear(dim, n_heads * head_dim, bias=False)
         self.weights_proj = nn.Linear(dim, n_heads, bias=False)
         self.compressor = Compressor(dim, head_dim, ratio)
+        # compressed index keys go through a cache, as in the official prefill branch
+        self.register_buffer("kv_cache", torch.zeros(max_batch, max_len // ratio, head_dim), persistent=False)
 
     def inputs(self, x):
         q = self.wq(x).unflatten(-1, (self.n_heads, self.head_dim))            # [B, S, H, D]
@@ -81,8 +83,10 @@ class Indexer(nn.Module):
 
     def forward(self, x):
         seqlen, ratio = x.size(1), self.ratio
+        bsz = x.size(0)
         q, kv, weights = self.inputs(x)
-        index_score = torch.einsum("bshd,btd->bsht", q, kv)
+        self.kv_cache[:bsz, : seqlen // ratio] = kv
+        index_score = torch.einsum("bshd,btd->bsht", q, self.kv_cache[:bsz, : seqlen // ratio])
         index_score = (index_score.relu_() * weights.unsqueeze(-1)).sum(dim=2)
         mask = torch.arange(seqlen // ratio, device=x.device).repeat(seqlen, 1) >= \
             torch.arange(1, seqlen + 1, device=x.device).unsqueeze(1) // ratio
@@ -108,7 +112,7 @@ def sparse_attn(q, kv, attn_sink, topk_idxs, softmax_scale):
 class Attention(nn.Module):
     """One V4 attention layer: compress_ratio 0 (window only), 4 (CSA) or 128 (HCA)."""
 
-    def __init__(self, dim, n_heads, head_dim, ratio, index_heads, index_head_dim, index_topk):
+    def __init__(self, dim, n_heads, head_dim, ratio, index_heads, index_head_dim, index_topk, max_len):
         super().__init__()
         self.n_heads, self.head_dim, self.ratio = n_heads, head_dim, ratio
         self.softmax_scale = head_dim ** -0.5
@@ -117,7 +121,7 @@ class Attention(nn.Module):
         self.wo = nn.Linear(n_heads * head_dim, dim, bias=False)
         self.attn_sink = nn.Parameter(torch.zeros(n_heads, dtype=torch.float32))
         self.compressor = Compressor(dim, head_dim, ratio) if ratio else None
-        self.indexer = Indexer(dim, index_heads, index_head_dim, ratio, index_topk) if ratio == 4 else None
+        self.indexer = Indexer(dim, index_heads, index_head_dim, ratio, index_topk, max_len) if ratio == 4 else None
 
     def forward(self, x):
         bsz, seqlen, _ = x.shape
@@ -143,10 +147,10 @@ class Attention(nn.Module):
 class V4Block(nn.Module):
     """CSA, HCA and window-only layers in sequence. Returns (hidden, CSA top-k indices, CSA layer input)."""
 
-    def __init__(self, dim, n_heads, head_dim, index_heads, index_head_dim, index_topk):
+    def __init__(self, dim, n_heads, head_dim, index_heads, index_head_dim, index_topk, max_len):
         super().__init__()
         self.layers = nn.ModuleList(
-            Attention(dim, n_heads, head_dim, r, index_heads, index_head_dim, index_topk) for r in (4, 128, 0))
+            Attention(dim, n_heads, head_dim, r, index_heads, index_head_dim, index_topk, max_len) for r in (4, 128, 0))
         self.norm = nn.RMSNorm(dim)
 
     def forward(self, x):
@@ -194,6 +198,7 @@ def main(argv=None):
     p.add_argument("--heads", type=int, default=None, help="attention and indexer heads")
     p.add_argument("--pro", action="store_true", help="V4-Pro sizes (128 heads, top-1024)")
     p.add_argument("--iters", type=int, default=None)
+    p.add_argument("--skip-default", action="store_true", help="skip the default torch.compile variant")
     args = p.parse_args(argv)
     device = torch.device(args.device)
     cfg = sizes(args)
@@ -201,16 +206,13 @@ def main(argv=None):
         p.error("--seq must be a multiple of 128 (HCA ratio)")
     dtype = torch.bfloat16 if device.type == "cuda" else torch.float32
     iters = args.iters or (10 if device.type == "cuda" else 2)
-    # a graph-cache hit would skip the pass (its result is in the cached code) and the report
-    # would be empty: compile fresh so the report shows what this run swapped
-    torch._inductor.config.force_disable_caches = True
     kernels = ("Triton kernels" if device.type != "cpu" or os.environ.get("TRITON_INTERPRET") == "1"
                else "fp64 reference (CPU; TRITON_INTERPRET=1 runs the Triton kernels instead)")
     print(f"[v4] device={device} dtype={dtype} {cfg}; inductor_dsa ops run: {kernels}", flush=True)
 
     torch.manual_seed(0)
     block = V4Block(cfg["dim"], cfg["heads"], cfg["head_dim"], cfg["index_heads"],
-                    cfg["index_head_dim"], cfg["topk"]).to(device=device, dtype=dtype).eval()
+                    cfg["index_head_dim"], cfg["topk"], cfg["seq"]).to(device=device, dtype=dtype).eval()
     for layer in block.layers:          # non-zero sinks, kept fp32 like the official attn_sink
         layer.attn_sink.data = torch.randn(cfg["heads"], device=device) * 0.5
     x = torch.randn(1, cfg["seq"], cfg["dim"], device=device, dtype=dtype)
@@ -221,18 +223,26 @@ def main(argv=None):
         ref_out, ref_idx = block(x)
         print(f"[v4] eager ran in {time.perf_counter() - t0:.2f} s", flush=True)
 
-        torch._dynamo.reset()
-        default = torch.compile(block)
-        t0 = time.perf_counter()
-        def_out, def_idx = default(x)
-        print(f"[v4] default torch.compile: first call (compile) {time.perf_counter() - t0:.1f} s", flush=True)
+        times = {"eager": timeit(block, x, device, iters)}
+        outs = {}
+        if not args.skip_default:
+            torch._dynamo.reset()
+            default = torch.compile(block)
+            t0 = time.perf_counter()
+            outs["default compile"] = default(x)
+            print(f"[v4] default torch.compile: first call (compile) {time.perf_counter() - t0:.1f} s", flush=True)
+            times["default compile"] = timeit(default, x, device, iters)
 
         torch._dynamo.reset()
         inductor_dsa.lowering.reset()
+        # a graph-cache hit would skip the pass (its result is in the cached code) and the report
+        # would be empty: compile fresh so the report shows what this run swapped
+        torch._inductor.config.force_disable_caches = True
         dsa = torch.compile(block, backend=inductor_dsa.backend)
         t0 = time.perf_counter()
-        dsa_out, dsa_idx = dsa(x)
+        outs["inductor_dsa"] = dsa(x)
         print(f"[v4] inductor_dsa backend: first call (compile) {time.perf_counter() - t0:.1f} s", flush=True)
+        times["inductor_dsa"] = timeit(dsa, x, device, iters)
 
         print("[v4] inductor_dsa.report():")
         print("  " + str(inductor_dsa.report()).replace("\n", "\n  "))
@@ -247,12 +257,12 @@ def main(argv=None):
         q, k, w = csa.indexer.inputs(block.norm(x))
         ks, ke = reference.ratio_ranges(cfg["seq"], 4, device)
         logits64 = reference.indexer_logits(q[0], k[0], w[0], ks, ke)
-        for name, idx in (("eager", ref_idx), ("default compile", def_idx), ("inductor_dsa", dsa_idx)):
+        for name, (_, idx) in [("eager", (ref_out, ref_idx))] + list(outs.items()):
             msg = reference.topk_mismatch(idx[0], logits64, idx.size(-1))
             print(f"[v4] top-k sets, {name:16s} vs fp64 oracle: {msg or 'match (with tolerance)'}")
             ok &= msg is None
         tol = 5e-2 if dtype == torch.bfloat16 else 1e-3
-        for name, out in (("default compile", def_out), ("inductor_dsa", dsa_out)):
+        for name, (out, _) in outs.items():
             err = ((out.float() - ref_out.float()).abs().max() / ref_out.float().abs().max()).item()
             good = err <= tol
             print(f"[v4] output, {name:16s} vs eager: max rel err {err:.2e} (tol {tol:.0e}) "
@@ -261,11 +271,8 @@ def main(argv=None):
 
         print(f"[v4] timing ({iters} iters after warm-up, batch 1, S={cfg['seq']}):")
         print(f"  {'variant':16s} {'ms/iter':>10s} {'peak MiB':>10s}")
-        for name, fn in (("eager", block), ("default compile", default), ("inductor_dsa", dsa)):
-            dt, mem = timeit(fn, x, device, iters)
-            print(f"  {name:16s} {dt:10.1f} {('%.0f' % mem) if mem is not None else '-':>10s}", flush=True)
-        # NB: torch._dynamo.reset() above means `default` recompiles on its next call; the warm-up
-        # inside timeit absorbs that.
+        for name, (dt, mem) in times.items():
+            print(f"  {name:16s} {dt:10.1f} {('%.0f' % mem) if mem is not None else '-':>10s}")
     print(f"[v4] {'PASS' if ok else 'FAIL'}")
     return 0 if ok else 1
 
