@@ -23,6 +23,14 @@ block output against eager; prints time (and GPU peak memory). Exits 1 if any ch
 Not in this version: decode (paged MXFP4 indexer-key cache, MTP), RoPE, the real V4 compressor
 (overlapping windows, positional bias), low-rank q projection, the MoE / MLA parts of the model.
 The pass does not match the eager sparse-attention spelling yet, so that part stays Inductor's.
+
+Spelling note: a first version fed the compressor output straight into the einsum; the pass
+rejected it ("relu is not applied to a q.k product": the key side was a gated-pooling reduction,
+not a tensor it can read as keys). Writing the compressed index keys into a kv_cache buffer and
+reading a slice of it, as the official prefill branch does (and tests/pass_corpus.py's ToyIndexer),
+is swapped.
+On a CPU, without TRITON_INTERPRET=1 the inductor_dsa ops run their fp64 reference (the printout
+says which); timings on a small shared CPU are noisy and say nothing about the GPU kernels.
 """
 import argparse
 import os
