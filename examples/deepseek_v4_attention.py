@@ -174,7 +174,7 @@ def sizes(args):
         cfg = dict(seq=4096, dim=2048, heads=128, head_dim=128, index_heads=128, index_head_dim=128, topk=1024)
     elif gpu:
         cfg = dict(seq=4096, dim=2048, heads=64, head_dim=128, index_heads=64, index_head_dim=128, topk=512)
-    else:   # CPU-small: ~70 s on a shared 2-core CPU, most of it the two compilations
+    else:   # CPU-small: 39-70 s on a shared 2-core CPU (compilations; less once the FX cache is warm)
         cfg = dict(seq=256, dim=256, heads=16, head_dim=64, index_heads=64, index_head_dim=128, topk=32)
     if args.seq:
         cfg["seq"] = args.seq
