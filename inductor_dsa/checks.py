@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import torch
 
-from .formats import MXFP4_BLOCK
+from .formats import FP8_DTYPES as FP8_FORMATS, MXFP4_BLOCK, PAGE_ROWS
 
 FLOAT_DTYPES = (torch.bfloat16, torch.float16, torch.float32)
 FP8_DTYPES = (torch.float8_e4m3fn, torch.float8_e4m3fnuz)
@@ -179,8 +179,7 @@ def index_range(indices: torch.Tensor, n: int) -> None:
                          f"got values in [{lo}, {hi}]")
 
 
-FP8_FLAVORS = ("fn", "fnuz")
-PAGE_ROWS = 64
+FP8_FLAVORS = tuple(FP8_FORMATS)
 
 
 def fmt_arg(fmt, fp8_flavor) -> None:
