@@ -205,7 +205,7 @@ def sparse_attention(q, kv, indices, sink, scale: float, splits: int | None = No
     sparse_attention_kernel[grid_qh + (splits,)](
         q, kv, indices, sink_t, out, lse, ws, m, kv.shape[1], h, topk, scale * LOG2E,
         *q.stride(), *kv.stride(), *indices.stride(), *out.stride()[:3], *lse.stride()[:2],
-        HAS_SINK=has_sink, SPLITS=splits, DOT_DTYPE=dot, D=d, BH=bh, BN=cfg.bn, PREFETCH=cfg.prefetch, **opts)
+        HAS_SINK=has_sink, SPLITS=splits, DOT_DTYPE=dot, D=d, BH=bh, BN=cfg.bn, GATHER=cfg.gather, **opts)
     if splits > 1:
         dc = min(d, 64)
         combine_kernel[grid_qh + (d // dc,)](ws, sink_t, out, lse, m, h, *out.stride()[:3], *lse.stride()[:2],
@@ -224,7 +224,7 @@ def sparse_attention_aot_variants(target: str, b=64, m=1, h=64, d=512, n=8320, t
     opts = configs.launch_options(cfg, target)
     for splits in (1, 2):
         consts = dict(HAS_SINK=True, SPLITS=splits, DOT_DTYPE=tl.bfloat16, D=d, BH=bh, BN=cfg.bn,
-                      PREFETCH=cfg.prefetch)
+                      GATHER=cfg.gather)
         sig = {a: ("constexpr" if a in consts else pointers.get(a, "i32")) for a in sparse_attention_kernel.arg_names}
         yield f"sparse_attention[splits={splits}] D={d} H={h}", sparse_attention_kernel, sig, consts, opts, ints
     consts = dict(HAS_SINK=True, SPLITS=2, D=d, BH=bh, DC=min(d, 64))
