@@ -114,9 +114,13 @@ SPARSE_ATTENTION = {
 
 
 # --- paged (decode) indexer, kernels/paged_indexer.py ----------------------------------------
-# Scores: 8 warps, 64-row blocks (one page), up to 256 query rows (N=4 tokens x 64 heads) resident:
-# the only shape found with no spill on both targets for N = 1..4 (AOT: sm90 N=4 at 4 warps
-# spilled 176-258 B; gfx942 N=1 at 4 warps 140 VGPRs, at 8 warps 116). Select/merge: 4 warps.
+# Scores: 64-row blocks (one page). gfx942: 8 warps, up to 256 query rows (N=4 tokens x 64 heads)
+# resident (N=1 at 4 warps: 140 VGPRs, at 8 warps 116). sm90: 4 warps (one warpgroup), 128 query
+# rows (N=4 runs as 2 token groups): with 2 warpgroups wgmma splits the query columns between them
+# and BOTH decode the whole MXFP4 key tile (SASS: 64 I2FP per thread x 256 threads for 8192 codes);
+# the score loop is issue-bound (ncu: 231 M instructions for B=64, L=32768), so one warpgroup at
+# 4 CTAs/SM halves it: H200, torch 2.11 + triton 3.6, B=64 L=32768 N=1 logits 449 -> 229 us,
+# top-512 596 -> 443 us. Select/merge: 4 warps.
 
 @dataclass(frozen=True)
 class PagedConfig:
@@ -134,7 +138,7 @@ class PagedConfig:
 
 
 PAGED = {
-    "sm90": PagedConfig(bn=64, rows=256, num_warps=8, num_stages=2, progs_per_sm=2,
+    "sm90": PagedConfig(bn=64, rows=128, num_warps=4, num_stages=2, progs_per_sm=4,
                         chunk_min=1024, chunk_max=8192, ch=512, logits_rows=1024),
     "gfx942": PagedConfig(bn=64, rows=256, num_warps=8, num_stages=2, progs_per_sm=2,
                           chunk_min=1024, chunk_max=8192, ch=512, logits_rows=1024,
