@@ -35,6 +35,20 @@ INDEXER_LOGITS = {
     "interpreter": IndexerConfig(rows=32, bn=32, num_warps=4, num_stages=1),
 }
 
+# MXFP4 keys are decoded in registers: with 2 warpgroups each decodes the whole key tile (wgmma
+# splits the query columns between them), so sm90 uses one warpgroup, 128 query rows.
+# H200 (torch 2.11, triton 3.6), bf16 q + MXFP4 k, causal T=K=4096: 220 -> 254 TFLOP/s.
+INDEXER_LOGITS_MXFP4K = {
+    "sm90": IndexerConfig(rows=128, bn=64, num_warps=4, num_stages=3),
+}
+
+
+def logits_config(target: str, mxfp4_k: bool) -> IndexerConfig:
+    """The score-tile config of a target, for MXFP4 or other keys."""
+    if mxfp4_k and target in INDEXER_LOGITS_MXFP4K:
+        return INDEXER_LOGITS_MXFP4K[target]
+    return INDEXER_LOGITS[target]
+
 
 @dataclass(frozen=True)
 class SelectConfig:

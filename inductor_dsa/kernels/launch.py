@@ -67,7 +67,7 @@ def _plan(q, q_scale, k, k_scale, weights, target: str):
 
 def _logits_into(out, row0, rows, t, n, h, plan, k_start, k_end, target, fill):
     """Launch logits_kernel for tokens row0 .. min(t, row0 + rows) - 1 into out[t - row0]."""
-    cfg = configs.INDEXER_LOGITS[target]
+    cfg = configs.logits_config(target, bool(plan["K_FMT"] == FMT_MXFP4))
     bt = cfg.tokens(plan["HP"])
     logits_kernel[(triton.cdiv(rows, bt),)](
         k_start=k_start, k_end=k_end, out=out, T=min(t, row0 + rows), K=n, H=h, row0=row0,
@@ -127,8 +127,8 @@ def _v4_strides(fmt: str, t: int, n: int, h: int, d: int) -> dict:
 def aot_variants(target: str, head_dim: int = 128, heads: int = 64, tokens: int = 4096):
     """(name, kernel, signature, constexprs, options, example ints) of every shipped config."""
     hp = triton.next_power_of_2(heads)
-    cfg = configs.INDEXER_LOGITS[target]
     for fmt, (qp, qxp, kp, kxp, qf, kf, scaled, fp8) in _AOT_FORMATS.items():
+        cfg = configs.logits_config(target, bool(kf == FMT_MXFP4))
         if fp8:
             qp = qxp = kp = _FP8_PTR[target]
         pointers = dict(q=qp, qx=qxp, k=kp, kx=kxp, w="*bf16", k_start="*i32", k_end="*i32", out="*fp32")
