@@ -25,7 +25,7 @@ import torch
 
 from .. import checks
 from .algebra import (Add, Cast, Cat, Contract, Exp, Gather, Index, Max, Maximum, Mul, Recip, Reject,
-                      Slice, Sum, Value, const_value, deps)
+                      Leaf, Slice, Sum, Value, const_value, deps)
 from .indexer import (FLOAT_DTYPES, RegionNames, Term, _peel_masks, _split_consts, _sum_parts, dtype_name,
                       factors, peel)
 from .interp import TV, Interpreter
@@ -228,7 +228,12 @@ def read_attention(tv: TV, I: Interpreter) -> AttentionForm:
         bad = [f for f in fills if f != -math.inf][0]
         raise Reject(f"mask fill value {bad} is not -inf")
     scale, rest = _split_consts(factors(s), "scores")
-    if len(rest) != 1 or _sum_parts(rest[0]) is None:
+    dots = [f for f in rest if _sum_parts(f) is not None]
+    extra = [f for f in rest if f not in dots]
+    if len(dots) == 1 and extra and all(not f.origin_dims and isinstance(peel(f), Leaf) for f in extra):
+        raise Reject("the scale is a run-time tensor (a Python float made an input by dynamic=True?): "
+                     "the op needs a constant")
+    if len(rest) != 1 or not dots:
         raise Reject("the scores are not scale * q . rows")
     D, dfs = _sum_parts(rest[0])
     c_dot, ops_ = _split_consts(dfs, "dot")
