@@ -227,10 +227,12 @@ def _plan_logits(graph, node) -> Plan:
 
 
 def _output_chain_end(node):
-    """The last node of the single-user chain of shape ops and casts after ``node``."""
+    """The last node of the single-user chain of layout ops and casts after ``node`` (slices,
+    expands and repeats stay with the user: they change which values exist)."""
     while len(node.users) == 1:
         (u,) = node.users
-        if u.op != "call_function" or packet(u) not in SHAPE_OPS or u.args[0] is not node:
+        if (u.op != "call_function" or packet(u) not in SHAPE_OPS or u.args[0] is not node
+                or packet(u) in (aten.slice, aten.expand, aten.repeat)):
             break
         node = u
     return node
