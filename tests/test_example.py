@@ -18,6 +18,7 @@ ROOT = pathlib.Path(__file__).resolve().parents[1]
 
 def test_v4_attention_example():
     env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
+    env["PYTHONPATH"] = str(ROOT)  # this checkout's inductor_dsa, not an installed one
     args = ["--skip-default", "--iters", "1"]
     if not torch.cuda.is_available():
         args += ["--device", "cpu"]
