@@ -42,6 +42,7 @@ On a CPU, without TRITON_INTERPRET=1 the inductor_dsa ops run their fp64 referen
 says which); timings on a small shared CPU are noisy and say nothing about the GPU kernels.
 """
 import argparse
+import json
 import os
 import sys
 import time
@@ -371,6 +372,7 @@ def main(argv=None):
     p.add_argument("--sweep", default=None,
                    help="comma-separated prefill lengths to time (GPU default 1024,2048,4096,8192; 'none' to skip)")
     p.add_argument("--plot", default="v4_speedup.png", help="PNG of the sweep (needs matplotlib)")
+    p.add_argument("--out", default=None, help="write the checks, swaps and timings as JSON here")
     args = p.parse_args(argv)
     device = torch.device(args.device)
     cfg = sizes(args)
@@ -425,7 +427,7 @@ def main(argv=None):
 
         # ---- decode: CSA layer steps appending to the paged MXFP4 indexer cache ----
         cache = DecodeCache(csa, xn, max_len)
-        dswaps, step = {}, None
+        dswaps, step, rows = {}, None, []
         decode = {n: csa.decode if b is None else compiled(csa.decode, b, f"the CSA decode step ({n})")
                   for n, b in backends.items()}
         for i in range(cfg["steps"]):
@@ -456,7 +458,6 @@ def main(argv=None):
 
         # ---- prefill time against sequence length (GPU) ----
         if sweep:
-            rows = []
             for seq in sweep:
                 print(f"[v4] sweep: prefill S={seq}", flush=True)
                 xs = torch.randn(1, seq, cfg["dim"], device=device, dtype=dtype)
@@ -464,6 +465,11 @@ def main(argv=None):
                 print("  " + "  ".join(f"{n} {v:.2f} ms" for n, v in rows[-1].items() if n != "seq"), flush=True)
             plot(rows, args.plot)
     print(f"[v4] {'PASS' if ok else 'FAIL'}")
+    if args.out:
+        with open(args.out, "w") as f:
+            json.dump(dict(ok=bool(ok), cfg=cfg, device=str(device), prefill_swaps=swaps, decode_swaps=dswaps,
+                           times=[dict(stage=st, variant=n, ms=dt, peak_mib=mem) for (st, n), (dt, mem) in times.items()],
+                           sweep=rows), f, indent=1)
     return 0 if ok else 1
 
 
