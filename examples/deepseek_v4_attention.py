@@ -1,6 +1,6 @@
 """A small DeepSeek-V4 attention block in plain eager PyTorch, compiled with inductor_dsa.
 
-    python examples/deepseek_v4_attention.py                 # CPU: small config (~40 s)
+    python examples/deepseek_v4_attention.py                 # CPU: small config (< 1 min of CPU time)
     python examples/deepseek_v4_attention.py --device cuda   # V4-Flash sizes: indexer H=64, D=128, top-512
     python examples/deepseek_v4_attention.py --device cuda --pro   # V4-Pro: 128 attention heads, top-1024
 
@@ -272,7 +272,7 @@ class V4Block(nn.Module):
 def sizes(args):
     """V4-Flash / V4-Pro sizes on a GPU (attention head_dim 512, one KV head; indexer H=64,
     D=128), a small config on a CPU."""
-    if args.device == "cpu" and not args.pro:   # ~40 s on a shared 2-core CPU, mostly compilation
+    if args.device == "cpu" and not args.pro:   # ~50 s of CPU time, mostly compilation
         cfg = dict(seq=256, dim=256, heads=16, head_dim=64, index_heads=64, index_head_dim=128, topk=32, steps=6)
     else:
         cfg = dict(seq=4096, dim=2048, heads=128 if args.pro else 64, head_dim=512, index_heads=64,
