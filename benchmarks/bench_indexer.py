@@ -1,6 +1,6 @@
 """Prefill DSA indexer: ours vs eager vs default torch.compile of the eager chain, one GPU run.
 
-    python benchmarks/bench_indexer.py [--quick] [--out results.json]
+    python benchmarks/bench_indexer.py [--quick] [--smoke] [--no-compile] [--out results.json]
 
 TFLOP/s counts 2*H*D flops per visible (t, j) pair. The floor is max(flops / bf16 or fp8
 peak, bytes / copy bandwidth) with bytes = q + k + weights + outputs read/written once.
@@ -16,9 +16,9 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
+from common import CEILINGS, DEVICE, env_line, peak_extra_bytes, table, time_ms, write_json  # noqa: E402
 import inductor_dsa  # noqa: E402
 from inductor_dsa import formats, reference  # noqa: E402
-from common import CEILINGS, env_line, peak_extra_bytes, table, time_ms, write_json  # noqa: E402
 
 H, D = 64, 128
 CASES = [  # name, T, K, mask, topk
@@ -26,6 +26,7 @@ CASES = [  # name, T, K, mask, topk
     ("causal T=K=8192 top-1024", 8192, 8192, "causal", 1024),
     ("ratio-4 T=16384 K=4096 top-512", 16384, 4096, "ratio4", 512),
 ]
+SMOKE = ("causal T=K=16 top-4", 16, 16, "causal", 4)  # --smoke: CPU, Triton interpreter
 
 
 def eager_indexer(q, k, w, ks, ke, topk):
@@ -41,22 +42,22 @@ compiled_indexer = torch.compile(eager_indexer)
 
 
 def make_case(t, n, mask, seed=0):
-    g = torch.Generator(device="cuda").manual_seed(seed)
-    q = torch.randn(t, H, D, device="cuda", generator=g).bfloat16()
-    k = torch.randn(n, D, device="cuda", generator=g).bfloat16()
-    w = (torch.randn(t, H, device="cuda", generator=g) * D**-0.5 * H**-0.5).bfloat16()
-    ks, ke = reference.causal_ranges(t, n, "cuda") if mask == "causal" else reference.ratio_ranges(t, 4, "cuda")
+    g = torch.Generator(device=DEVICE).manual_seed(seed)
+    q = torch.randn(t, H, D, device=DEVICE, generator=g).bfloat16()
+    k = torch.randn(n, D, device=DEVICE, generator=g).bfloat16()
+    w = (torch.randn(t, H, device=DEVICE, generator=g) * D**-0.5 * H**-0.5).bfloat16()
+    ks, ke = reference.causal_ranges(t, n, DEVICE) if mask == "causal" else reference.ratio_ranges(t, 4, DEVICE)
     return q, k, w, ks, ke
 
 
 def check_topk(q, k, w, ks, ke, topk, vals, idx, rows=512):
     """Set-with-tolerance check of a top-k against the fp64 oracle on `rows` spread rows."""
-    sel = torch.linspace(0, q.shape[0] - 1, rows, device="cuda").long()
+    sel = torch.linspace(0, q.shape[0] - 1, min(rows, q.shape[0]), device=DEVICE).long()
     ref = reference.indexer_logits(q[sel], k, w[sel], ks[sel], ke[sel])
     return reference.topk_mismatch(idx[sel], ref, topk) or "ok"
 
 
-def bench_case(name, t, n, mask, topk, quick):
+def bench_case(name, t, n, mask, topk, quick, compile_baseline=True):
     q, k, w, ks, ke = make_case(t, n, mask)
     pairs = (ke.clamp(max=n) - ks).clamp(min=0).sum().item()
     flops = 2 * H * D * pairs
@@ -70,8 +71,9 @@ def bench_case(name, t, n, mask, topk, quick):
     runs = [("ours fused logits+top-k", ours),
             ("ours logits only", lambda: inductor_dsa.indexer_logits(q, k, w, k_start=ks, k_end=ke))]
     if not quick:
-        runs += [("eager", lambda: eager_indexer(q, k, w, ks, ke, topk)),
-                 ("torch.compile default", lambda: compiled_indexer(q, k, w, ks, ke, topk))]
+        runs.append(("eager", lambda: eager_indexer(q, k, w, ks, ke, topk)))
+        if compile_baseline:
+            runs.append(("torch.compile default", lambda: compiled_indexer(q, k, w, ks, ke, topk)))
     for label, fn in runs:
         ms = time_ms(fn)
         rows.append({"case": name, "impl": label, "ms": ms, "TFLOP/s": flops / ms / 1e9,
@@ -141,6 +143,8 @@ def sweep(t=4096, n=4096, topk=512):
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--quick", action="store_true", help="ours only, first case")
+    ap.add_argument("--smoke", action="store_true", help="one tiny case, ours and eager (CPU test)")
+    ap.add_argument("--no-compile", action="store_true", help="skip torch.compile of the eager chain")
     ap.add_argument("--sweep", action="store_true", help="time candidate configs first")
     ap.add_argument("--out")
     args = ap.parse_args()
@@ -148,10 +152,11 @@ def main():
     if args.sweep:
         sweep()
     rows = []
-    for case in CASES[:1] if args.quick else CASES:
-        rows += bench_case(*case, args.quick)
+    for case in [SMOKE] if args.smoke else CASES[:1] if args.quick else CASES:
+        rows += bench_case(*case, args.quick, not (args.no_compile or args.smoke))
         print(table(rows[-4:], ["case", "impl", "ms", "TFLOP/s", "peak extra MiB"]), flush=True)
-    rows += bench_quantised(4096, 4096, 512)
+    if not args.smoke:
+        rows += bench_quantised(4096, 4096, 512)
     cols = ["case", "impl", "ms", "TFLOP/s", "x vs compile", "peak extra MiB", "outputs MiB", "floor ms", "check"]
     print(table(rows, cols))
     write_json(args.out, {"env": env_line(), "ceilings": CEILINGS, "rows": rows})

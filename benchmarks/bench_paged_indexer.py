@@ -1,6 +1,6 @@
 """Decode (paged) DSA indexer: ours vs the eager fallback vs torch.compile of it, one GPU run.
 
-    python benchmarks/bench_paged_indexer.py [--quick] [--no-compile] [--sweep] [--out results.json]
+    python benchmarks/bench_paged_indexer.py [--quick] [--smoke] [--no-compile] [--sweep] [--out results.json]
 
 Cases: H=64, D=128, MXFP4 paged cache (68 B per row, 64-row pages, pages shuffled), N query
 tokens per request (default 1), context_lens = L minus a few rows (odd lengths).
@@ -25,10 +25,10 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
+from common import CEILINGS, DEVICE, env_line, peak_extra_bytes, table, time_ms, write_json  # noqa: E402
 import inductor_dsa  # noqa: E402
-from inductor_dsa import formats, reference  # noqa: E402
+from inductor_dsa import reference  # noqa: E402
 from inductor_dsa.kernels import configs, paged_launch  # noqa: E402
-from common import CEILINGS, env_line, peak_extra_bytes, table, time_ms, write_json  # noqa: E402
 
 H, D = 64, 128
 ROW = D // 2 + D // 32  # 68 B
@@ -38,6 +38,7 @@ CASES = [  # name, B, L, topk
     ("B=8 L=262144 top-1024", 8, 262144, 1024),
     ("B=1 L=262144 top-1024", 1, 262144, 1024),
 ]
+SMOKE = [("B=2 L=256 top-16", 2, 256, 16)]  # --smoke: CPU, Triton interpreter
 E2M1 = (0.0, 0.5, 1.0, 1.5, 2.0, 3.0, 4.0, 6.0, -0.0, -0.5, -1.0, -1.5, -2.0, -3.0, -4.0, -6.0)
 
 
@@ -84,17 +85,17 @@ def graphed(fn):
 
 
 def make_case(b, length, n=1, seed=0):
-    g = torch.Generator(device="cuda").manual_seed(seed)
+    g = torch.Generator(device=DEVICE).manual_seed(seed)
     pages_per = length // 64
     num_pages = b * pages_per + 8
-    cache = torch.randint(0, 256, (num_pages, 64 * ROW), device="cuda", generator=g, dtype=torch.uint8)
+    cache = torch.randint(0, 256, (num_pages, 64 * ROW), device=DEVICE, generator=g, dtype=torch.uint8)
     scales = cache[:, 64 * D // 2:]
-    scales.copy_(torch.randint(122, 131, scales.shape, device="cuda", generator=g, dtype=torch.uint8))
-    perm = torch.randperm(num_pages, device="cuda", generator=g)[: b * pages_per]
+    scales.copy_(torch.randint(122, 131, scales.shape, device=DEVICE, generator=g, dtype=torch.uint8))
+    perm = torch.randperm(num_pages, device=DEVICE, generator=g)[: b * pages_per]
     bt = perm.view(b, pages_per).to(torch.int32)
-    ctx = (length - torch.arange(b, device="cuda") % 7).to(torch.int32)
-    q = torch.randn(b, n, H, D, device="cuda", generator=g).bfloat16()
-    w = (torch.randn(b, n, H, device="cuda", generator=g) * D**-0.5 * H**-0.5).bfloat16()
+    ctx = (length - torch.arange(b, device=DEVICE) % 7).to(torch.int32)
+    q = torch.randn(b, n, H, D, device=DEVICE, generator=g).bfloat16()
+    w = (torch.randn(b, n, H, device=DEVICE, generator=g) * D**-0.5 * H**-0.5).bfloat16()
     return q, cache, w, bt, ctx
 
 
@@ -106,9 +107,9 @@ def floor_ms(b, n, ctx_sum, topk, ceil):
 
 def check(q, cache, w, bt, ctx, topk, idx, requests=(0,)):
     """Set-with-tolerance check of our top-k on a few requests against the fp64 oracle."""
-    sel = torch.tensor(list(requests), device="cuda")
+    sel = torch.tensor(list(requests), device=DEVICE)
     pages = bt[sel].long()  # a compact cache of just these requests' pages keeps the fp64 decode small
-    sub_bt = torch.arange(pages.numel(), device="cuda", dtype=torch.int32).view(pages.shape)
+    sub_bt = torch.arange(pages.numel(), device=DEVICE, dtype=torch.int32).view(pages.shape)
     ref = reference.paged_indexer_logits(q[sel], cache[pages.reshape(-1)], w[sel], sub_bt, ctx[sel], "mxfp4")
     b, n, length = ref.shape
     return reference.topk_mismatch(idx[sel].reshape(b * n, topk), ref.reshape(b * n, length), topk) or "ok"
@@ -121,7 +122,6 @@ def bench_case(name, b, length, topk, n, args, ceil):
     rows = []
 
     def row(impl, fn, extra=None, peak=True):
-        torch.cuda.synchronize()
         ms = time_ms(fn)
         peak = peak_extra_bytes(fn) / 2**20 if peak else float("nan")  # a graph's pool is allocated at capture
         r = dict(case=name, impl=impl, ms=ms, tflops=flops / ms / 1e9, floor_ms=floor, x_floor=ms / floor,
@@ -140,11 +140,12 @@ def bench_case(name, b, length, topk, n, args, ceil):
     ok = check(q, cache, w, bt, ctx, topk, idx, (0, b - 1) if b > 1 else (0,))
     row("ours: paged top-k", lambda: inductor_dsa.paged_indexer_topk(q, cache, w, bt, ctx, topk),
         dict(check=ok, splits=plan.splits, chunk=plan.chunk, programs=stats["programs"]))
-    row("ours: paged top-k, CUDA graph", graphed(lambda: inductor_dsa.paged_indexer_topk(q, cache, w, bt, ctx, topk)),
-        peak=False)
+    if DEVICE == "cuda":
+        row("ours: paged top-k, CUDA graph",
+            graphed(lambda: inductor_dsa.paged_indexer_topk(q, cache, w, bt, ctx, topk)), peak=False)
     if not args.quick:
         row("ours: paged logits only", lambda: inductor_dsa.paged_indexer_logits(q, cache, w, bt, ctx))
-    free = torch.cuda.mem_get_info()[0]
+    free = torch.cuda.mem_get_info()[0] if DEVICE == "cuda" else float("inf")
     need = eager_bytes(b, n, length)
     if need > 0.7 * free:
         print(f"  eager / torch.compile skipped: ~{need / 2**30:.1f} GiB needed, {free / 2**30:.1f} GiB free")
@@ -154,7 +155,8 @@ def bench_case(name, b, length, topk, n, args, ceil):
         if not args.no_compile:
             t0 = time.time()
             compiled_paged_topk(q, cache, w, bt, ctx, topk)
-            torch.cuda.synchronize()
+            if DEVICE == "cuda":
+                torch.cuda.synchronize()
             print(f"  (torch.compile warm-up {time.time() - t0:.0f} s)")
             row("torch.compile default", lambda: compiled_paged_topk(q, cache, w, bt, ctx, topk))
     ours = rows[0]["ms"]
@@ -217,6 +219,7 @@ def graph_check():
 def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--quick", action="store_true", help="first two cases, no logits-only row")
+    ap.add_argument("--smoke", action="store_true", help="one tiny case, no CUDA-graph check (CPU test)")
     ap.add_argument("--no-compile", action="store_true", help="skip torch.compile of the eager chain")
     ap.add_argument("--sweep", action="store_true", help="also time candidate configs")
     ap.add_argument("--next-n", type=int, default=1, help="query tokens per request (MTP), default 1")
@@ -227,13 +230,16 @@ def main():
     print(env_line())
     print(f"H={H} D={D} MXFP4 paged cache, N={args.next_n}; floors from {ceil}")
     rows = []
-    for name, b, length, topk in (CASES[:2] if args.quick else CASES):
+    for name, b, length, topk in (SMOKE if args.smoke else CASES[:2] if args.quick else CASES):
         rows += bench_case(name, b, length, topk, args.next_n, args, ceil)
-        torch.cuda.empty_cache()
+        if DEVICE == "cuda":
+            torch.cuda.empty_cache()
     cols = ["case", "impl", "ms", "tflops", "x_floor", "speedup_vs_ours", "peak_mib", "floor_ms", "check", "skipped"]
     print(table(rows, cols))
-    print("CUDA graph:")
-    graph = graph_check()
+    graph = []
+    if DEVICE == "cuda":
+        print("CUDA graph:")
+        graph = graph_check()
     sw = sweep(args, ceil) if args.sweep else []
     print(f"total {time.time() - t_start:.0f} s")
     write_json(args.out, dict(env=env_line(), ceilings=ceil, next_n=args.next_n, rows=rows, graph=graph, sweep=sw))

@@ -1,13 +1,14 @@
 """Benchmark inductor_dsa.sparse_attention against eager torch and torch.compile of the same eager code.
 
     python benchmarks/bench_sparse_attention.py --out sparse_attention.json
-        [--cases prefill,decode] [--no-compile] [--bh 64 --bn 16 --num-warps 8 --num-stages 1 --gather 1]
+        [--cases prefill,decode] [--no-compile] [--smoke] [--bh 64 --bn 64 --num-warps 8 --num-stages 2 --gather 2]
 
 Cases (bf16, D = 512, one KV head, sink on; indices = 128 window slots + top-k compressed slots):
   prefill  B=1, M=4096, H=64, topk 512+128; kv = 4096 raw rows + 1024 compressed (ratio 4),
            query t sees window rows t-127..t and top-k among compressed rows j < (t+1)//4
            (-1 where fewer exist: early queries have holes)
   decode   B=64, M in {1, 2}, H in {64, 128}, topk 1024+128; kv = 128 window + 8192 compressed rows
+  --smoke  one tiny prefill (M=16, H=2, top-4), no torch.compile: the CPU test of benchmarks/run.py
 
 Times are triton.testing.do_bench medians (ms) on the current GPU. TFLOP/s counts
 2*2*H*D flops per valid slot (QK^T and PV). Peak memory is the allocator's peak during one
@@ -23,10 +24,13 @@ import sys
 import time
 from pathlib import Path
 
-import torch
-import triton
-
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from common import DEVICE, env_line, peak_extra_bytes, time_ms  # noqa: E402
+
+import torch  # noqa: E402
+import triton  # noqa: E402
+
 import inductor_dsa  # noqa: E402
 from inductor_dsa import reference  # noqa: E402
 from inductor_dsa.kernels import configs, launch  # noqa: E402
@@ -81,15 +85,6 @@ def decode_inputs(b: int, m: int, h: int, topk: int, n_cmp: int, device, g):
     return q, kv, idx
 
 
-def peak_extra_gib(fn) -> float:
-    torch.cuda.synchronize()
-    before = torch.cuda.memory_allocated()
-    torch.cuda.reset_peak_memory_stats()
-    fn()
-    torch.cuda.synchronize()
-    return (torch.cuda.max_memory_allocated() - before) / 2**30
-
-
 def oracle_error(out, q, kv, idx, sink, scale, rows) -> float:
     sub = lambda x: x[:, rows]
     ref, _ = reference.sparse_attention(sub(q), kv, sub(idx), sink, scale)
@@ -111,12 +106,13 @@ def run_case(name, q, kv, idx, sink, compiled, results):
     for impl, fn in impls.items():
         t0 = time.perf_counter()
         out = fn()  # first call (compiles)
-        torch.cuda.synchronize()
+        if DEVICE == "cuda":
+            torch.cuda.synchronize()
         first_s = time.perf_counter() - t0
         err = oracle_error(out, q, kv, idx, sink, scale, rows)
         del out
-        ms = triton.testing.do_bench(fn, warmup=25, rep=100, return_mode="median")
-        peak = peak_extra_gib(fn)
+        ms = time_ms(fn)
+        peak = peak_extra_bytes(fn) / 2**30
         row = dict(case=name, impl=impl, B=q.shape[0], M=m, H=h, D=D, topk=idx.shape[2], N=kv.shape[1],
                    valid_slots=int(flops / (4 * h * D)), ms=ms, tflops=flops / ms / 1e9, peak_gib=peak,
                    max_err_vs_fp64=err, first_call_s=first_s)
@@ -130,6 +126,7 @@ def main() -> None:
     ap.add_argument("--out", required=True, help="JSON results path")
     ap.add_argument("--cases", default="prefill,decode")
     ap.add_argument("--no-compile", action="store_true", help="skip the torch.compile baseline")
+    ap.add_argument("--smoke", action="store_true", help="one tiny prefill, no torch.compile (CPU test)")
     ap.add_argument("--bh", type=int)
     ap.add_argument("--bn", type=int)
     ap.add_argument("--num-warps", type=int)
@@ -137,18 +134,21 @@ def main() -> None:
     ap.add_argument("--gather", type=int, choices=(0, 1, 2))
     ap.add_argument("--max-splits", type=int)
     a = ap.parse_args()
-    dev = torch.device("cuda")
+    dev = torch.device(DEVICE)
     target = configs.target_for(dev)
     over = {k: getattr(a, k) for k in ("bh", "bn", "num_warps", "num_stages", "gather", "max_splits")
             if getattr(a, k) is not None}
     cfg = dataclasses.replace(configs.SPARSE_ATTENTION[target], **over)
     configs.SPARSE_ATTENTION[target] = cfg
-    print(f"{torch.cuda.get_device_name(dev)}  torch {torch.__version__}  triton {triton.__version__}  "
-          f"target {target}  {cfg}", flush=True)
-    compiled = None if a.no_compile else torch.compile(eager_sparse_attention, dynamic=False)
+    print(f"{env_line()}  target {target}  {cfg}", flush=True)
+    compiled = None if a.no_compile or a.smoke else torch.compile(eager_sparse_attention, dynamic=False)
     g = torch.Generator(device=dev).manual_seed(0)
     results = []
     cases = a.cases.split(",")
+    if a.smoke:
+        cases = []
+        q, kv, idx = prefill_inputs(16, 2, 4, dev, g)
+        run_case("smoke prefill M16 H2", q, kv, idx, torch.rand(2, generator=g, device=dev) + 1, None, results)
     if "prefill" in cases:
         q, kv, idx = prefill_inputs(4096, 64, 512, dev, g)
         sink = torch.rand(64, generator=g, device=dev) * 4 + 1
@@ -163,7 +163,7 @@ def main() -> None:
                 splits = launch.sparse_attention_splits(dev, cfg, blocks, 1152)
                 run_case(f"decode B64 M{m} H{h} s{splits}", q, kv, idx, sink, compiled, results)
                 del q, kv, idx
-    meta = dict(device=torch.cuda.get_device_name(dev), torch=torch.__version__, triton=triton.__version__,
+    meta = dict(device=env_line().split(",")[0], torch=torch.__version__, triton=triton.__version__,
                 target=target, config={k: v for k, v in dataclasses.asdict(cfg).items()},
                 note="do_bench median; TFLOP/s = 4*H*D*valid_slots / time")
     Path(a.out).write_text(json.dumps(dict(meta=meta, results=results), indent=1))

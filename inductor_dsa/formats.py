@@ -133,6 +133,19 @@ def unpack_pages(cache: torch.Tensor, fmt: str, head_dim: int) -> tuple[torch.Te
     return payload, scale
 
 
+def store_rows(cache: torch.Tensor, rows: torch.Tensor, payload: torch.Tensor, scale: torch.Tensor) -> None:
+    """Write cache rows in place (the layout of ``pack_pages``): flat row ``rows[i]`` is row
+    ``rows[i] % 64`` of page ``rows[i] // 64``; payload uint8 [R, A], scale uint8 [R, S].
+    This is how a decode step appends a new key row to a paged cache."""
+    a, s = payload.shape[-1], scale.shape[-1]
+    if cache.dtype != torch.uint8 or cache.dim() != 2 or cache.shape[1] != PAGE_ROWS * (a + s):
+        raise ValueError(f"kv_cache must be uint8 [num_pages, {PAGE_ROWS * (a + s)}], got {cache.dtype} "
+                         f"{tuple(cache.shape)}")
+    page, off = (rows.long() // PAGE_ROWS).unsqueeze(1), (rows.long() % PAGE_ROWS).unsqueeze(1)
+    cache[page, off * a + torch.arange(a, device=cache.device)] = payload
+    cache[page, PAGE_ROWS * a + off * s + torch.arange(s, device=cache.device)] = scale
+
+
 def encode_rows(x: torch.Tensor, fmt: str, flavor: str = "fn") -> tuple[torch.Tensor, torch.Tensor]:
     """Encode ``x [R, D]`` into cache-row bytes: (payload uint8 [R, A], scale uint8 [R, S])."""
     if fmt == "mxfp4":

@@ -17,7 +17,7 @@ from torch.overrides import TorchFunctionMode  # noqa: E402
 
 import inductor_dsa  # noqa: E402
 from inductor_dsa import lowering, reference  # noqa: E402
-from inductor_dsa.lowering.install import _with_ours  # noqa: E402
+from inductor_dsa.lowering.install import _with_ours, run_fx_graph as _run_fx_graph  # noqa: E402
 
 assert os.path.abspath(inductor_dsa.__file__).startswith(ROOT), (
     f"tests import inductor_dsa from {inductor_dsa.__file__}, not from this checkout {ROOT}")
@@ -41,24 +41,11 @@ class SnapshotPass(CustomGraphPass):
         return None
 
 
-def _run_fx_graph(gm, example_inputs, **kwargs):
-    from torch._functorch.aot_autograd import make_boxed_func
-    gm.recompile()
-    return make_boxed_func(gm.forward)
-
-
 def pass_only_backend(snapshot: SnapshotPass | None = None):
-    """Inductor's own compile_fx (decompositions, functionalization, joint-graph passes with
-    ours first) with the final code generation replaced by running the FX graph: the graph our
-    pass rewrites is exactly the one Inductor would generate code for, at a fraction of the
-    CPU time. Tests that need real code generation use ``inductor_dsa.backend``."""
-    from torch._inductor.compile_fx import compile_fx
-
-    def backend(gm, example_inputs):
-        p = snapshot if snapshot is not None else _with_ours(None)
-        return compile_fx(gm, example_inputs, inner_compile=_run_fx_graph,
-                          config_patches={"joint_custom_pre_pass": p})
-    return backend
+    """Inductor's compile_fx with our pass first and no code generation (the FX graph runs):
+    see ``lowering.graph_only_backend``. Tests that need real code generation use
+    ``inductor_dsa.backend``."""
+    return lowering.graph_only_backend(snapshot if snapshot is not None else _with_ours(None))
 
 
 def compile_run(fn, args, backend=None, dynamic=None):

@@ -1,4 +1,5 @@
-"""The V4 attention example runs on the CPU-small config, passes its checks and swaps the indexer.
+"""The V4 attention example (prefill + paged-cache decode) runs on the CPU-small config, passes its
+checks and swaps the indexer.
 
 Runs the example in a subprocess WITHOUT TRITON_INTERPRET (conftest sets it for the kernel tests;
 under the interpreter the example's indexer would take minutes on a CPU), so on a CPU the
@@ -18,7 +19,8 @@ ROOT = pathlib.Path(__file__).resolve().parents[1]
 
 def test_v4_attention_example():
     env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
-    args = ["--skip-default", "--iters", "1"]
+    env["PYTHONPATH"] = str(ROOT)  # this checkout's inductor_dsa, not an installed one
+    args = ["--skip-default", "--iters", "1", "--sweep", "none"]
     if not torch.cuda.is_available():
         args += ["--device", "cpu"]
     p = subprocess.run([sys.executable, str(ROOT / "examples" / "deepseek_v4_attention.py"), *args],
@@ -26,4 +28,5 @@ def test_v4_attention_example():
     out = p.stdout + p.stderr
     assert p.returncode == 0, out
     assert "swapped indexer_topk -> torch.ops.inductor_dsa.indexer_topk" in out, out
+    assert "[v4] decode step 1/" in out, out  # decode ran on the paged MXFP4 cache, its checks in PASS
     assert "[v4] PASS" in out, out

@@ -70,6 +70,21 @@ def test_paged_layout_roundtrip(gen):
         assert (y - x).abs().max() < 0.5 * x.abs().max()
 
 
+def test_store_rows_writes_where_unpack_reads(gen):
+    for fmt in formats.FMTS:
+        a, s = formats.row_bytes(fmt, 64)
+        cache = torch.randint(0, 256, (5, 64 * (a + s)), generator=gen, dtype=torch.uint8)
+        before = formats.unpack_pages(cache, fmt, 64)
+        rows = torch.tensor([0, 63, 64, 200, 319, 130])        # page starts, ends and middles
+        payload, scale = formats.encode_rows(torch.randn(6, 64, generator=gen), fmt)
+        formats.store_rows(cache, rows, payload, scale)
+        p2, s2 = formats.unpack_pages(cache, fmt, 64)
+        assert torch.equal(p2[rows], payload) and torch.equal(s2[rows], scale)
+        others = torch.ones(5 * 64, dtype=torch.bool)
+        others[rows] = False                                   # every other row is untouched
+        assert torch.equal(p2[others], before[0][others]) and torch.equal(s2[others], before[1][others])
+
+
 def test_bad_format_arguments():
     with pytest.raises(ValueError, match="fmt"):
         formats.row_bytes("int4", 128)

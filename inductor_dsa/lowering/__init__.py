@@ -1,7 +1,7 @@
 """The graph pass (CustomGraphPass), its installation into Inductor, the backend, the report."""
 from .graph_pass import IndexerPass, run, source_hash
-from .install import PASS, backend, enabled, install, is_installed, uninstall
+from .install import PASS, backend, enabled, graph_only_backend, install, is_installed, uninstall
 from .report import counters, report, reset
 
-__all__ = ["IndexerPass", "PASS", "backend", "enabled", "install", "is_installed", "uninstall",
+__all__ = ["IndexerPass", "PASS", "backend", "enabled", "graph_only_backend", "install", "is_installed", "uninstall",
            "report", "reset", "counters", "run", "source_hash"]

@@ -95,3 +95,23 @@ def backend(gm: torch.fx.GraphModule, example_inputs, **kwargs):
     from torch._inductor.compile_fx import compile_fx
     patches = {"joint_custom_pre_pass": _with_ours(_config().joint_custom_pre_pass)}
     return compile_fx(gm, example_inputs, config_patches=patches, **kwargs)
+
+
+def run_fx_graph(gm, example_inputs, **kwargs):
+    """An Inductor ``inner_compile`` that skips code generation and runs the FX graph."""
+    from torch._functorch.aot_autograd import make_boxed_func
+    gm.recompile()
+    return make_boxed_func(gm.forward)
+
+
+def graph_only_backend(pre_pass=PASS):
+    """A torch.compile backend that runs Inductor's graph passes (``pre_pass`` as the
+    joint_custom_pre_pass; None: Inductor's own only) and then the FX graph as is, without code
+    generation: the graph our pass rewrites is the one Inductor would generate code for, at a
+    fraction of the CPU time. For tests and CPU smoke runs; ``backend`` is the real thing."""
+    from torch._inductor.compile_fx import compile_fx
+
+    def graph_only(gm, example_inputs):
+        return compile_fx(gm, example_inputs, inner_compile=run_fx_graph,
+                          config_patches={"joint_custom_pre_pass": pre_pass})
+    return graph_only
