@@ -27,12 +27,16 @@ from torch._inductor.custom_graph_pass import CustomGraphPass
 from ..patterns.algebra import Reject, as_expr
 from ..patterns.indexer import read_logits, render
 from ..patterns.interp import HANDLERS, Interpreter, packet
+from ..patterns.paged import read_paged, render_paged
 from . import report
+from .paged import PagedReplacement
 from .replace import Replacement, TopkSpec
 
 aten = torch.ops.aten
 PATTERN_TOPK = "indexer_topk"
 PATTERN_LOGITS = "indexer_logits"
+PATTERN_PAGED_TOPK = "paged_indexer_topk"
+PATTERN_PAGED_LOGITS = "paged_indexer_logits"
 _CONTRACTIONS = (aten.bmm, aten.mm)
 _SEARCH = 48  # nodes walked when looking for a product near an anchor
 
@@ -192,14 +196,19 @@ def _plan_topk(graph, node) -> Optional[Plan]:
     interp = Interpreter(graph)
     tv = interp.ev(x)
     form = read_logits(tv, interp, key_dim=dim % len(tv.dims))
-    repl = Replacement(form, interp.A, TopkSpec(k, 0 in uses, 1 in uses), graph)
+    spec = TopkSpec(k, 0 in uses, 1 in uses)
+    key = read_paged(interp, form)
+    pattern = PATTERN_TOPK if key is None else PATTERN_PAGED_TOPK
+    repl = (Replacement(form, interp.A, spec, graph) if key is None
+            else PagedReplacement(form, interp.A, key, spec, graph))
     repl.specialize()
     gm = _trace(repl, repl.args())
     kval = k.meta.get("val") if isinstance(k, fx.Node) else k
     used = " and ".join(w for i, w in ((0, "values"), (1, "indices")) if i in uses)
     note = "the logits are also used elsewhere: they stay computed there" if len(x.users) > 1 else ""
-    swap = report.Swap(PATTERN_TOPK, "torch.ops.inductor_dsa.indexer_topk", _stack(node),
-                       render(form, interp.A, PATTERN_TOPK, (as_expr(kval), used)), note)
+    region = render(form, interp.A, pattern, (as_expr(kval), used))
+    swap = report.Swap(pattern, f"torch.ops.inductor_dsa.{pattern}", _stack(node),
+                       region if key is None else render_paged(region, key), note)
     return Plan(node, gm, repl.args(), swap)
 
 
@@ -209,18 +218,22 @@ def _plan_logits(graph, node) -> Plan:
     if tv.dtype is None or not tv.dtype.is_floating_point:
         raise Reject("not a floating-point tensor")
     form = read_logits(tv, interp, key_dim=None)
-    repl = Replacement(form, interp.A, None, graph)
+    key = read_paged(interp, form)
+    pattern = PATTERN_LOGITS if key is None else PATTERN_PAGED_LOGITS
+    repl = (Replacement(form, interp.A, None, graph) if key is None
+            else PagedReplacement(form, interp.A, key, None, graph))
     repl.specialize()
     gm = _trace(repl, repl.args())
-    swap = report.Swap(PATTERN_LOGITS, "torch.ops.inductor_dsa.indexer_logits", _stack(node),
-                       render(form, interp.A, PATTERN_LOGITS))
+    region = render(form, interp.A, pattern)
+    swap = report.Swap(pattern, f"torch.ops.inductor_dsa.{pattern}", _stack(node),
+                       region if key is None else render_paged(region, key))
     return Plan(node, gm, repl.args(), swap)
 
 
 def _apply(graph, plan: Plan) -> None:
     node = plan.anchor
     outs = _splice(graph, node, plan.gm, plan.args)
-    if plan.swap.pattern == PATTERN_TOPK:
+    if plan.swap.pattern in (PATTERN_TOPK, PATTERN_PAGED_TOPK):
         outs = list(outs)
         for u in list(node.users):
             u.replace_all_uses_with(outs[u.args[1]])

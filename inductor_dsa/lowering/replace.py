@@ -145,10 +145,7 @@ class Replacement:
         f = form
         self.tensors = [f.q, f.k] + list(f.weights) + [Term(n, atoms.flat_dims(d), None)
                                                        for _, n, d in f.mask_leaves]
-        self.sym_nodes = [n for n in graph.nodes
-                          if n.op == "placeholder" and isinstance(n.meta.get("val"), torch.SymInt)]
-        if topk is not None and isinstance(topk.k, fx.Node) and topk.k not in self.sym_nodes:
-            self.sym_nodes.append(topk.k)
+        self.sym_nodes = sym_nodes(graph, topk)
         for t in self.tensors:
             if len(set(a for d in t.dims for a in d)) != sum(len(d) for d in t.dims):
                 raise Reject(f"{t.node.name} repeats an index (a diagonal), not supported")
@@ -161,6 +158,27 @@ class Replacement:
             if not nb.is_Integer:
                 f.static.append(nb)
 
+    def _bind(self, args):
+        """(tensor args, size symbol -> SymInt, size(atom)); sets self._size and self._k."""
+        nt = len(self.tensors)
+        tens, syms = args[:nt], args[nt:]
+        env = {}
+        for x in list(tens) + [s for t in tens for s in t.shape] + list(syms):
+            if isinstance(x, torch.SymInt) and isinstance(x.node.expr, sympy.Symbol):
+                env.setdefault(x.node.expr, x)
+        size_cache = {}
+
+        def size(a):
+            if a not in size_cache:
+                size_cache[a] = Emit(env, {}, {}, self.A.shapes.simplify)(self.A.size(a))
+            return size_cache[a]
+
+        self._size = size
+        self._k = self.topk.k if self.topk is not None else None
+        if isinstance(self._k, fx.Node):
+            self._k = syms[self.sym_nodes.index(self._k)]
+        return tens, env, size
+
     def specialize(self):
         """Install the guards the replacement relies on (call once every check has passed)."""
         for e in self.f.static:
@@ -171,27 +189,7 @@ class Replacement:
 
     def __call__(self, *args):
         f, A = self.f, self.A
-        nt = len(self.tensors)
-        tens, syms = args[:nt], args[nt:]
-        env = {}
-        for t in tens:
-            for s in t.shape:
-                if isinstance(s, torch.SymInt) and isinstance(s.node.expr, sympy.Symbol):
-                    env.setdefault(s.node.expr, s)
-        for s in syms:
-            if isinstance(s, torch.SymInt) and isinstance(s.node.expr, sympy.Symbol):
-                env.setdefault(s.node.expr, s)
-        size_cache = {}
-
-        def size(a):
-            if a not in size_cache:
-                size_cache[a] = Emit(env, {}, {}, A.shapes.simplify)(A.size(a))
-            return size_cache[a]
-
-        self._size = size
-        self._k = self.topk.k if self.topk is not None else None
-        if isinstance(self._k, fx.Node):
-            self._k = syms[self.sym_nodes.index(self._k)]
+        tens, env, size = self._bind(args)
         q, k = tens[0], tens[1]
         nw = len(f.weights)
         wts, leaves = tens[2:2 + nw], tens[2 + nw:]
@@ -250,7 +248,6 @@ class Replacement:
 
     # -- logits -------------------------------------------------------------------------------
     def _logits(self, q3, k3, w2, ks, ke, T, K, H, D, batch):
-        f = self.f
         op = torch.ops.inductor_dsa.indexer_logits
         if batch:
             NB = self.n_batch
@@ -261,15 +258,10 @@ class Replacement:
             out = torch.cat(parts, 0)
         else:
             out = op(q3, None, k3.reshape(K, D), None, w2, ks.to(torch.int32), ke.to(torch.int32))
-        if f.fill is not None and f.fill != -math.inf:
-            vis = reference.visible_mask(ks, ke, K)
-            out = torch.where(vis, out, torch.full((), f.fill, dtype=out.dtype, device=out.device))
-        out = out.to(f.out_dtype)
-        return self._unarrange(out, f.keys)
+        return self._finish_logits(out, ks, ke, K)
 
     # -- top-k --------------------------------------------------------------------------------
     def _topk(self, q3, k3, w2, ks, ke, T, K, D, batch, boff):
-        f, spec = self.f, self.topk
         op = torch.ops.inductor_dsa.indexer_topk
         kk = self._k
         if batch:
@@ -280,6 +272,11 @@ class Replacement:
         ids = ids.to(torch.int64)
         if batch:
             ids = ids - boff.unsqueeze(1)
+        return self._finish_topk(vals, ids, ks, ke)
+
+    def _finish_topk(self, vals, ids, ks, ke):
+        """[T, k] op outputs -> the user's layout, empty slots as eager top-k fills them."""
+        f, spec, kk = self.f, self.topk, self._k
         if f.ranges is not None:
             # Rows with fewer visible columns than k: eager top-k returns masked columns
             # (value = the fill) there. Return distinct masked columns, in increasing order.
@@ -294,6 +291,14 @@ class Replacement:
         vals = vals.to(f.out_dtype)
         return (self._unarrange(vals, None) if spec.want_values else None,
                 self._unarrange(ids, None) if spec.want_indices else None)
+
+    def _finish_logits(self, out, ks, ke, K):
+        """[T, K] fp32 logits (-inf outside the ranges) -> the mask's fill, dtype and layout."""
+        f = self.f
+        if f.fill is not None and f.fill != -math.inf:
+            vis = reference.visible_mask(ks, ke, K)
+            out = torch.where(vis, out, torch.full((), f.fill, dtype=out.dtype, device=out.device))
+        return self._unarrange(out.to(f.out_dtype), f.keys)
 
     def _unarrange(self, y, keys):
         """[T, K or k] in internal row order -> the output layout (key dim at ``key_dim``)."""
@@ -316,6 +321,14 @@ class Replacement:
                 out_shape.append(_prod(row_sizes[rows.index(a)] for a in d))
         y = y.permute([order.index(a) for a in target])
         return y.reshape(out_shape)
+
+
+def sym_nodes(graph: fx.Graph, topk: Optional[TopkSpec]) -> list:
+    """The SymInt inputs a replacement may need (graph placeholders, and a SymInt top-k k)."""
+    out = [n for n in graph.nodes if n.op == "placeholder" and isinstance(n.meta.get("val"), torch.SymInt)]
+    if topk is not None and isinstance(topk.k, fx.Node) and topk.k not in out:
+        out.append(topk.k)
+    return out
 
 
 def on_rows_bool(e, cond, grid, T, dev):
