@@ -324,6 +324,8 @@ def _cast(I, node, depth, dtype):
         ints = (torch.int64, torch.int32)
         if not x.value.is_bool and src in ints and dtype in ints:
             return TV(x.value, x.dims, dtype)
+        if not x.value.is_bool and src == torch.uint8 and dtype in (torch.int16,) + ints:
+            return TV(x.value, x.dims, dtype)  # bytes widened: the same values
         return None
     if src is not None and src.is_floating_point and dtype.is_floating_point:
         return TV(Cast(x.value, dtype), x.dims, dtype)
@@ -797,7 +799,7 @@ class _Merge:
 
 
 # ops that are elementwise over their tensor operands (broadcasting)
-_ELEMENTWISE = {aten.mul, aten.add, aten.sub, aten.rsub, aten.div, aten.neg, aten.exp2, aten.exp, aten.pow,
+_ELEMENTWISE = {aten.mul, aten.add, aten.sub, aten.rsub, aten.div, aten.neg, aten.exp2, aten.exp, aten.pow, aten.ldexp,
                 aten.where, aten.abs, aten.bitwise_and, aten.bitwise_or, aten.bitwise_xor,
                 aten.__and__, aten.__or__, aten.__xor__, aten.__rshift__, aten.__lshift__,
                 aten.bitwise_right_shift, aten.bitwise_left_shift, aten.bitwise_not,
@@ -806,7 +808,11 @@ _ELEMENTWISE = {aten.mul, aten.add, aten.sub, aten.rsub, aten.div, aten.neg, ate
 # ops that turn plain integer tensors into an Elem (elsewhere integers stay sympy expressions)
 _BYTE_OPS = {aten.bitwise_and, aten.bitwise_or, aten.bitwise_xor, aten.__and__, aten.__or__,
              aten.__xor__, aten.__rshift__, aten.__lshift__, aten.bitwise_right_shift,
-             aten.bitwise_left_shift, aten.exp2, aten.pow, prims.convert_element_type, aten._to_copy}
+             aten.bitwise_left_shift, aten.exp2, aten.pow, aten.ldexp, prims.convert_element_type, aten._to_copy}
+
+
+# integer arithmetic that wraps around in these dtypes is evaluated, not read as exact sympy
+_NARROW_INTS = (torch.uint8, torch.int8, torch.int16)
 
 
 def _elementwise(I: Interpreter, node, depth):
@@ -820,7 +826,8 @@ def _elementwise(I: Interpreter, node, depth):
     out_dt = node.meta["val"].dtype
     if not any(isinstance(tv.value, Elem) for tv in tvs):
         ints = [tv for tv in tvs if isinstance(tv.value, Index) and not tv.value.is_bool]
-        if p not in _BYTE_OPS or not ints:
+        narrow = out_dt in _NARROW_INTS and p in (aten.add, aten.sub, aten.rsub, aten.mul, aten.neg)
+        if not ints or (p not in _BYTE_OPS and not narrow):
             return None
         if p in (prims.convert_element_type, aten._to_copy) and not out_dt.is_floating_point:
             return None  # int -> int casts stay index expressions

@@ -83,16 +83,21 @@ def _digits(num, m, A: Atoms):
 
 
 def _norm(e, A: Atoms):
-    """``e`` with every floor(x / m) and Mod(x, m) of a mixed-radix index rewritten by digits."""
+    """``e`` with Mod(x, m) written x - m*floor(x / m), and every floor(x / m) of a mixed-radix
+    index rewritten by digits (or, failing that, with the integer part of its constant pulled
+    out, so that equal floors cancel)."""
     def fix(x):
-        if isinstance(x, sympy.floor):
-            num, den = sympy.fraction(sympy.together(x.args[0]))
-            d = _digits(num, den, A)
-            return d[0] if d is not None else x
-        d = _digits(x.args[0], x.args[1], A)
-        return d[1] if d is not None else x
-    e = A.resolve(sympy.sympify(e))
-    return sympy.expand(e.replace(lambda x: isinstance(x, (sympy.floor, sympy.Mod)), fix))
+        num, den = sympy.fraction(sympy.together(x.args[0]))
+        d = _digits(num, den, A)
+        if d is not None:
+            return d[0]
+        num = sympy.expand(num)
+        c = num.as_coeff_Add()[0]
+        if den.is_Integer and den > 0 and c.is_Integer and not 0 <= c < den:
+            return c // den + sympy.floor((num - den * (c // den)) / den)
+        return x
+    e = A.resolve(sympy.sympify(e)).rewrite(sympy.floor)
+    return sympy.expand(e.replace(lambda x: isinstance(x, sympy.floor), fix))
 
 
 def _same(a, b) -> bool:
@@ -176,11 +181,20 @@ def _cache_reads(I, k: Elem, bl, page):
     for i, (ix, dt, nb) in enumerate(k.inputs):
         fns = {fn: node for fn, node, _ in ix.leaves}
         e = A.resolve(ix.expr)
-        if not isinstance(e, sympy.core.function.AppliedUndef):
+        apps = [f for f in e.atoms(sympy.core.function.AppliedUndef) if f.func in fns
+                and fns[f.func].meta["val"].dtype == torch.uint8]
+        if not apps:
             if any(f.func in fns for f in e.atoms(sympy.core.function.AppliedUndef)):
-                raise Reject("a cache or table value is used in index arithmetic")
+                raise Reject("the key reads a tensor that is not the uint8 cache")
             others.append(i)
             continue
+        if len(apps) != 1 or (e != apps[0] and nb != 1):
+            raise Reject("a key element combines several cache bytes in index arithmetic")
+        byte = sympy.Symbol("_byte", integer=True)
+        of_byte = e.xreplace({apps[0]: byte})  # e.g. byte - 127 on a widened byte
+        if of_byte.atoms(sympy.core.function.AppliedUndef):
+            raise Reject("a cache byte is combined with other tensors in index arithmetic")
+        e = apps[0]
         c_node = fns.get(e.func)
         if c_node is None or c_node.meta["val"].dtype != torch.uint8 or not e.args:
             raise Reject("the key reads a tensor that is not the uint8 cache")
@@ -201,14 +215,14 @@ def _cache_reads(I, k: Elem, bl, page):
             stride *= z
         if any(isinstance(x, sympy.core.function.AppliedUndef) for x in off.atoms(sympy.core.function.AppliedUndef)):
             raise Reject("a byte offset inside the page depends on tensor values")
-        reads[i] = (_norm(off, A), nb)
+        reads[i] = (_norm(off, A), nb, (byte, of_byte))
     if cache is None:
         raise Reject("the key reads no cache bytes")
     return cache, table, reads, others
 
 
 def _roles(A, fmt, reads, others, row, dl, d_size):
-    """{input: "data" | "scale" | ("sel", value at even d, value at odd d)} or Reject."""
+    """{input: ("data" | "scale", (byte symbol, its value as a function of the byte)) | ("sel", d % 2)}."""
     roles = {}
     if fmt == "mxfp4":
         a, s = formats.row_bytes(fmt, d_size)
@@ -222,13 +236,13 @@ def _roles(A, fmt, reads, others, row, dl, d_size):
         want = {"data": (sympy.expand(d_size * row + dl), 1),
                 "scale": (sympy.expand(PAGE * d_size + 4 * row), 4)}
         parity = None
-    for i, (off, nb) in reads.items():
+    for i, (off, nb, _) in reads.items():
         hit = [r for r, (w, wb) in want.items() if wb == nb and _same(off, w)]
         if not hit:
             raise Reject(f"a cache byte at page offset {off} is neither this row's data nor its scale "
                          "(layout: a page's 64 data rows, then its 64 scale rows)")
-        roles[i] = hit[0]
-    if set(roles.values()) != set(want):
+        roles[i] = (hit[0], reads[i][2])
+    if {r[0] for r in roles.values()} != set(want):
         raise Reject("the key does not read both the data and the scale bytes")
     for i in others:
         roles[i] = _selector(A, i, parity)
@@ -239,7 +253,7 @@ def _selector(A, i, parity):
     """A non-cache input (the new index of a stack) may depend on d % 2 only (checked on use)."""
     if parity is None or not isinstance(parity, sympy.Symbol):
         raise Reject("the key depends on an index other than the cache bytes and the nibble position")
-    return ("sel", parity)
+    return ("sel", parity)  # (role, the nibble-position symbol)
 
 
 def _check_values(A, k: Elem, fmt, roles) -> str:
@@ -267,7 +281,7 @@ def _inputs_of(prog, out=None):
 
 
 def _sel_values(A, k: Elem, roles, i, parity_t):
-    _, sym = roles[i]
+    sym = roles[i][1]
     e = _norm(k.inputs[i][0].expr, A)
     if not e.free_symbols <= {sym}:
         raise Reject("the nibble selector is not a function of d % 2")
@@ -280,10 +294,10 @@ def _check_mxfp4(A, k: Elem, roles) -> str:
     values = []
     for i, (ix, dt, nb) in enumerate(k.inputs):
         r = roles[i]
-        if r == "data":
-            values.append(x.to(dt))
-        elif r == "scale":
-            values.append(y.to(dt))
+        if r[0] == "data":
+            values.append(_of_byte(r[1], dt)[x.long()])
+        elif r[0] == "scale":
+            values.append(_of_byte(r[1], dt)[y.long()])
         else:
             values.append(_sel_values(A, k, roles, i, t).to(dt))
     got = run_prog(k.prog, values)
@@ -297,19 +311,30 @@ def _check_mxfp4(A, k: Elem, roles) -> str:
     return "fn"
 
 
+def _of_byte(fn, dtype) -> torch.Tensor:
+    """The input's value for each byte 0..255 (a widened byte, or integer arithmetic on it)."""
+    sym, e = fn
+    vals = [int(e.xreplace({sym: v})) for v in range(256)]
+    info = torch.iinfo(dtype) if not dtype.is_floating_point else None
+    if info is None or min(vals) < info.min or max(vals) > info.max:
+        raise Reject(f"the byte arithmetic {e} does not fit {dtype}")
+    return torch.tensor(vals, dtype=dtype)
+
+
 def _check_fp8(k: Elem, roles) -> str:
-    if any(r not in ("data", "scale") for r in roles.values()):
+    if any(r[0] not in ("data", "scale") or r[1][1] != r[1][0] for r in roles.values()):
         raise Reject("an FP8 key depends on more than its row's bytes and scale")
     prog = k.prog
     if not (prog[0] == "op" and packet_of(prog[1]) is aten.mul and len(prog[2]) == 2):
         raise Reject("the FP8 key is not value * scale")
-    scale_in = {i for i, r in roles.items() if r == "scale"}
+    scale_in = {i for i, r in roles.items() if r[0] == "scale"}
     sides = [_inputs_of(p) if isinstance(p, tuple) else set() for p in prog[2]]
     for vi, si in ((0, 1), (1, 0)):
         sp = prog[2][si]
         if sides[si] <= scale_in and sides[vi].isdisjoint(scale_in) and _is_word(sp, k):
             x = torch.arange(256, dtype=torch.uint8)
-            got = run_prog(prog[2][vi], [x if roles.get(i) == "data" else None for i in range(len(k.inputs))])
+            got = run_prog(prog[2][vi], [x.to(k.inputs[i][1]) if roles[i][0] == "data" else None
+                                         for i in range(len(k.inputs))])
             if not got.dtype.is_floating_point or got.dtype.itemsize < 2:
                 break
             for flavor, dt in formats.FP8_DTYPES.items():
