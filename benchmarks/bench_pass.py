@@ -155,7 +155,8 @@ def main():
     dim, seqs, (b, length), topk = SIZES["smoke" if args.smoke else "full"]
     if args.quick:
         seqs = seqs[:1]
-    dtype = torch.bfloat16 if DEVICE == "cuda" else torch.float32
+    # bf16 as on the GPU: the paged decode kernels take bf16 q (fp32 q: the decode is not swapped)
+    dtype = torch.bfloat16 if DEVICE == "cuda" or args.smoke else torch.float32
     print(env_line(), flush=True)
     print(f"Indexer H={H} D={D} ratio {RATIO} top-{topk}, dim {dim}, {dtype}", flush=True)
     torch.manual_seed(0)

@@ -15,7 +15,7 @@ import torch.fx as fx
 from .. import ops  # noqa: F401  (registers torch.ops.inductor_dsa.*)
 from ..patterns.algebra import Atoms, Reject
 from ..patterns.attention import AttentionForm
-from .replace import _prod, arrange, graph_syms, sizer
+from .replace import _prod, arrange, sizer, sym_nodes
 
 
 def op_dtype(form: AttentionForm) -> torch.dtype:
@@ -31,7 +31,7 @@ class AttentionReplacement:
         for t in self.tensors:
             if len(set(a for d in t.dims for a in d)) != sum(len(d) for d in t.dims):
                 raise Reject(f"{t.node.name} repeats an index (a diagonal), not supported")
-        self.sym_nodes = graph_syms(graph)
+        self.sym_nodes = sym_nodes(graph)
 
     def specialize(self):
         for e in self.f.static:

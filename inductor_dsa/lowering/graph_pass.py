@@ -8,6 +8,8 @@ the decomposed, functional aten graph, before Inductor's own pattern passes.
 2. Then, downstream of every relu(q.k) that is left, the last node that provably is the
    indexer logits (and does not feed a top-k that was rejected) becomes
    ``inductor_dsa.indexer_logits``.
+   In 1 and 2, keys gathered from a paged MXFP4/FP8 cache through a block table
+   (``patterns.paged.read_paged``) make it ``paged_indexer_topk`` / ``paged_indexer_logits``.
 3. Every bmm/mm with a gather (advanced indexing, gather, index_select) a few nodes upstream
    is a candidate output of sparse attention (``patterns.attention.read_attention``); the
    output, extended through the shape ops and casts that follow it, becomes
@@ -33,13 +35,17 @@ from ..patterns.attention import NotCandidate, read_attention
 from ..patterns.attention import render as render_attention
 from ..patterns.indexer import read_logits, render
 from ..patterns.interp import HANDLERS, SHAPE_OPS, Interpreter, packet
+from ..patterns.paged import read_paged, render_paged
 from . import report
 from .attention import AttentionReplacement, op_dtype
+from .paged import PagedReplacement
 from .replace import Replacement, TopkSpec
 
 aten = torch.ops.aten
 PATTERN_TOPK = "indexer_topk"
 PATTERN_LOGITS = "indexer_logits"
+PATTERN_PAGED_TOPK = "paged_indexer_topk"
+PATTERN_PAGED_LOGITS = "paged_indexer_logits"
 PATTERN_ATTENTION = "sparse_attention"
 _CONTRACTIONS = (aten.bmm, aten.mm)
 _GATHERS = (aten.index, aten.gather, aten.index_select)
@@ -201,14 +207,19 @@ def _plan_topk(graph, node) -> Optional[Plan]:
     interp = Interpreter(graph)
     tv = interp.ev(x)
     form = read_logits(tv, interp, key_dim=dim % len(tv.dims))
-    repl = Replacement(form, interp.A, TopkSpec(k, 0 in uses, 1 in uses), graph)
+    spec = TopkSpec(k, 0 in uses, 1 in uses)
+    key = read_paged(interp, form)
+    pattern = PATTERN_TOPK if key is None else PATTERN_PAGED_TOPK
+    repl = (Replacement(form, interp.A, spec, graph) if key is None
+            else PagedReplacement(form, interp.A, key, spec, graph))
     repl.specialize()
     gm = _trace(repl, repl.args())
     kval = k.meta.get("val") if isinstance(k, fx.Node) else k
     used = " and ".join(w for i, w in ((0, "values"), (1, "indices")) if i in uses)
     note = "the logits are also used elsewhere: they stay computed there" if len(x.users) > 1 else ""
-    swap = report.Swap(PATTERN_TOPK, "torch.ops.inductor_dsa.indexer_topk", _stack(node),
-                       render(form, interp.A, PATTERN_TOPK, (as_expr(kval), used)), note)
+    region = render(form, interp.A, pattern, (as_expr(kval), used))
+    swap = report.Swap(pattern, f"torch.ops.inductor_dsa.{pattern}", _stack(node),
+                       region if key is None else render_paged(region, key), note)
     return Plan(node, gm, repl.args(), swap)
 
 
@@ -218,11 +229,15 @@ def _plan_logits(graph, node) -> Plan:
     if tv.dtype is None or not tv.dtype.is_floating_point:
         raise Reject("not a floating-point tensor")
     form = read_logits(tv, interp, key_dim=None)
-    repl = Replacement(form, interp.A, None, graph)
+    key = read_paged(interp, form)
+    pattern = PATTERN_LOGITS if key is None else PATTERN_PAGED_LOGITS
+    repl = (Replacement(form, interp.A, None, graph) if key is None
+            else PagedReplacement(form, interp.A, key, None, graph))
     repl.specialize()
     gm = _trace(repl, repl.args())
-    swap = report.Swap(PATTERN_LOGITS, "torch.ops.inductor_dsa.indexer_logits", _stack(node),
-                       render(form, interp.A, PATTERN_LOGITS))
+    region = render(form, interp.A, pattern)
+    swap = report.Swap(pattern, f"torch.ops.inductor_dsa.{pattern}", _stack(node),
+                       region if key is None else render_paged(region, key))
     return Plan(node, gm, repl.args(), swap)
 
 
@@ -254,7 +269,7 @@ def _plan_attention(graph, node) -> Plan:
 def _apply(graph, plan: Plan) -> None:
     node = plan.anchor
     outs = _splice(graph, node, plan.gm, plan.args)
-    if plan.swap.pattern == PATTERN_TOPK:
+    if plan.swap.pattern in (PATTERN_TOPK, PATTERN_PAGED_TOPK):
         outs = list(outs)
         for u in list(node.users):
             u.replace_all_uses_with(outs[u.args[1]])

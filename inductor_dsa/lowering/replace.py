@@ -153,9 +153,12 @@ def sizer(A: Atoms, tensors, syms):
     return env, size
 
 
-def graph_syms(graph: fx.Graph) -> list:
-    """The graph's SymInt placeholders (sizes a replacement may need)."""
-    return [n for n in graph.nodes if n.op == "placeholder" and isinstance(n.meta.get("val"), torch.SymInt)]
+def sym_nodes(graph: fx.Graph, topk: Optional[TopkSpec] = None) -> list:
+    """The SymInt inputs a replacement may need (graph placeholders, and a SymInt top-k k)."""
+    out = [n for n in graph.nodes if n.op == "placeholder" and isinstance(n.meta.get("val"), torch.SymInt)]
+    if topk is not None and isinstance(topk.k, fx.Node) and topk.k not in out:
+        out.append(topk.k)
+    return out
 
 
 # ---- the replacement --------------------------------------------------------------------------
@@ -165,9 +168,7 @@ class Replacement:
         f = form
         self.tensors = [f.q, f.k] + list(f.weights) + [Term(n, atoms.flat_dims(d), None)
                                                        for _, n, d in f.mask_leaves]
-        self.sym_nodes = graph_syms(graph)
-        if topk is not None and isinstance(topk.k, fx.Node) and topk.k not in self.sym_nodes:
-            self.sym_nodes.append(topk.k)
+        self.sym_nodes = sym_nodes(graph, topk)
         for t in self.tensors:
             if len(set(a for d in t.dims for a in d)) != sum(len(d) for d in t.dims):
                 raise Reject(f"{t.node.name} repeats an index (a diagonal), not supported")
@@ -180,6 +181,17 @@ class Replacement:
             if not nb.is_Integer:
                 f.static.append(nb)
 
+    def _bind(self, args):
+        """(tensor args, size symbol -> SymInt, size(atom)); sets self._size and self._k."""
+        nt = len(self.tensors)
+        tens, syms = args[:nt], args[nt:]
+        env, size = sizer(self.A, tens, syms)
+        self._size = size
+        self._k = self.topk.k if self.topk is not None else None
+        if isinstance(self._k, fx.Node):
+            self._k = syms[self.sym_nodes.index(self._k)]
+        return tens, env, size
+
     def specialize(self):
         """Install the guards the replacement relies on (call once every check has passed)."""
         for e in self.f.static:
@@ -190,13 +202,7 @@ class Replacement:
 
     def __call__(self, *args):
         f, A = self.f, self.A
-        nt = len(self.tensors)
-        tens, syms = args[:nt], args[nt:]
-        env, size = sizer(A, tens, syms)
-        self._size = size
-        self._k = self.topk.k if self.topk is not None else None
-        if isinstance(self._k, fx.Node):
-            self._k = syms[self.sym_nodes.index(self._k)]
+        tens, env, size = self._bind(args)
         q, k = tens[0], tens[1]
         nw = len(f.weights)
         wts, leaves = tens[2:2 + nw], tens[2 + nw:]
@@ -255,7 +261,6 @@ class Replacement:
 
     # -- logits -------------------------------------------------------------------------------
     def _logits(self, q3, k3, w2, ks, ke, T, K, H, D, batch):
-        f = self.f
         op = torch.ops.inductor_dsa.indexer_logits
         if batch:
             NB = self.n_batch
@@ -266,15 +271,10 @@ class Replacement:
             out = torch.cat(parts, 0)
         else:
             out = op(q3, None, k3.reshape(K, D), None, w2, ks.to(torch.int32), ke.to(torch.int32))
-        if f.fill is not None and f.fill != -math.inf:
-            vis = reference.visible_mask(ks, ke, K)
-            out = torch.where(vis, out, torch.full((), f.fill, dtype=out.dtype, device=out.device))
-        out = out.to(f.out_dtype)
-        return self._unarrange(out, f.keys)
+        return self._finish_logits(out, ks, ke, K)
 
     # -- top-k --------------------------------------------------------------------------------
     def _topk(self, q3, k3, w2, ks, ke, T, K, D, batch, boff):
-        f, spec = self.f, self.topk
         op = torch.ops.inductor_dsa.indexer_topk
         kk = self._k
         if batch:
@@ -285,6 +285,11 @@ class Replacement:
         ids = ids.to(torch.int64)
         if batch:
             ids = ids - boff.unsqueeze(1)
+        return self._finish_topk(vals, ids, ks, ke)
+
+    def _finish_topk(self, vals, ids, ks, ke):
+        """[T, k] op outputs -> the user's layout, empty slots as eager top-k fills them."""
+        f, spec, kk = self.f, self.topk, self._k
         if f.ranges is not None:
             # Rows with fewer visible columns than k: eager top-k returns masked columns
             # (value = the fill) there. Return distinct masked columns, in increasing order.
@@ -299,6 +304,14 @@ class Replacement:
         vals = vals.to(f.out_dtype)
         return (self._unarrange(vals, None) if spec.want_values else None,
                 self._unarrange(ids, None) if spec.want_indices else None)
+
+    def _finish_logits(self, out, ks, ke, K):
+        """[T, K] fp32 logits (-inf outside the ranges) -> the mask's fill, dtype and layout."""
+        f = self.f
+        if f.fill is not None and f.fill != -math.inf:
+            vis = reference.visible_mask(ks, ke, K)
+            out = torch.where(vis, out, torch.full((), f.fill, dtype=out.dtype, device=out.device))
+        return self._unarrange(out.to(f.out_dtype), f.keys)
 
     def _unarrange(self, y, keys):
         """[T, K or k] in internal row order -> the output layout (key dim at ``key_dim``)."""

@@ -7,8 +7,8 @@ pair where the split falls inside it; broadcasting two operands identifies (unif
 atoms that share a position. Size-1 dims carry the empty tuple.
 
 Values are small immutable trees (``Leaf``, ``Const``, ``Relu``, ``Cast``, ``Mul``,
-``Sum``, ``Contract``, ``Add``, ``Where``, ``Index``; for attention also ``Gather``, ``Exp``,
-``Recip``, ``Max``, ``Maximum``, ``Cat``, ``Slice``) whose free atoms are derived at the
+``Sum``, ``Contract``, ``Add``, ``Where``, ``Index``, ``Elem``; for attention also ``Gather``,
+``Exp``, ``Recip``, ``Max``, ``Maximum``, ``Cat``, ``Slice``) whose free atoms are derived at the
 end, once all unifications are known. Reading a node as a ``Leaf`` is always exact, so
 giving up on an op never changes meaning: it only stops a match.
 """
@@ -335,7 +335,46 @@ class Index(Value):
     """
     expr: Optional[sympy.Basic]
     is_bool: bool = False
-    leaves: tuple = ()  # (function symbol, node, dims) of opaque integer tensors used
+    leaves: tuple = ()  # (function symbol, node, dims or None) of opaque integer tensors used
+
+
+@dataclass(eq=False)
+class Elem(Value):
+    """A tensor computed elementwise from integer tensors known as index expressions (e.g. the
+    bytes of a quantised cache): ``out[i] = prog(inputs[0][i], inputs[1][i], ...)``.
+
+    ``inputs`` are (Index, dtype, nbytes): the tensor read at each position, the dtype the
+    program sees it in, and 4 for a 4-byte word reinterpreted by ``view(dtype)`` (the Index is
+    then the address of its first byte). ``prog`` is a tree of ("in", i) | ("const", value) |
+    ("op", target, args, kwargs) | ("pick", i, progs): the real aten ops, so ``run_prog``
+    evaluates it on concrete values exactly as the graph would.
+    """
+    prog: tuple
+    inputs: tuple
+
+
+def run_prog(prog, values):
+    """Evaluate an ``Elem`` program on 1-D tensors ``values`` (one per input)."""
+    kind = prog[0]
+    if kind == "in":
+        return values[prog[1]]
+    if kind == "const":
+        return prog[1]
+    if kind == "pick":
+        sel, outs = values[prog[1]], [run_prog(p, values) for p in prog[2]]
+        out = outs[-1]
+        for i in reversed(range(len(outs) - 1)):
+            out = torch.where(sel == i, outs[i], out)
+        return out
+    _, target, args, kwargs = prog
+
+    def arg(a):
+        if isinstance(a, tuple) and a and a[0] in ("in", "const", "pick", "op"):
+            return run_prog(a, values)
+        if isinstance(a, list):
+            return [arg(x) for x in a]
+        return a
+    return target(*[arg(a) for a in args], **kwargs)
 
 
 @dataclass(eq=False)
@@ -425,10 +464,13 @@ def deps(v: Value, atoms: Atoms) -> frozenset:
         return deps(v.a, atoms) | deps(v.b, atoms)
     if isinstance(v, Where):
         return deps(v.cond, atoms) | deps(v.a, atoms) | deps(v.b, atoms)
+    if isinstance(v, Elem):
+        return frozenset().union(*[deps(x, atoms) for x, _, _ in v.inputs])
     if isinstance(v, Index):
         out = set() if v.expr is None else atoms.atoms_in(v.expr)
         for _, node, dims in v.leaves:
-            out |= {x for d in dims for x in atoms.flat_dim(d)}
+            if dims is not None:  # None: read through an index expression (a gather)
+                out |= {x for d in dims for x in atoms.flat_dim(d)}
         if v.expr is None:
             out |= {x for d in v.origin_dims for x in atoms.flat_dim(d)}
         return frozenset(atoms.find(a) for a in out)

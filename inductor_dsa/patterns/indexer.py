@@ -57,6 +57,8 @@ class IndexerForm:
     additive: bool = False
     static: list = field(default_factory=list)  # sizes to specialise (guard) before the swap
     key_symbol: Optional[sympy.Symbol] = None     # the column symbol of the ranges
+    q_value: Optional[Value] = None       # the values read as q and k (patterns/paged.py reads k)
+    k_value: Optional[Value] = None
 
 
 def peel(v: Value) -> Value:
@@ -287,7 +289,8 @@ def _assign(I, qv, kv, wterms, C, H, out_dims, key_dim) -> IndexerForm:
     order = sorted
     return IndexerForm(q=qt, k=kt, weights=wts, scale=1.0, rows=rows, batch=batch,
                        heads=tuple(order(H)), contract=tuple(order(C)), keys=J,
-                       out_dims=out_dims, key_dim=key_dim, out_dtype=None, static=static)
+                       out_dims=out_dims, key_dim=key_dim, out_dtype=None, static=static,
+                       q_value=qv, k_value=kv)
 
 
 def _attach_mask(I, form: IndexerForm, conds, fills, additive):
@@ -305,6 +308,8 @@ def _attach_mask(I, form: IndexerForm, conds, fills, additive):
         raise Reject("several additive finite masks (their sum is not the fill value)")
     visible = A.resolve(sympy.And(*[c.expr for c in conds]))
     leaves = tuple(l for c in conds for l in c.leaves)
+    if any(dims is None for _, _, dims in leaves):
+        raise Reject("the mask reads a gathered or sliced byte tensor")
     dmask = A.atoms_in(visible)
     for _, node, dims in leaves:
         dmask |= {x for d in dims for x in A.flat_dim(d)}

@@ -15,9 +15,10 @@ from typing import Callable, Optional
 import sympy
 import torch
 import torch.fx as fx
+from torch._subclasses.fake_tensor import unset_fake_temporarily
 
-from .algebra import (Add, Atoms, Cast, Cat, Const, Contract, Exp, Gather, Index, Leaf, Max, Maximum,
-                      Mul, Recip, Reject, Relu, Shapes, Slice, Sum, Value, Where, as_expr)
+from .algebra import (Add, Atoms, Cast, Cat, Const, Contract, Elem, Exp, Gather, Index, Leaf, Max,
+                      Maximum, Mul, Recip, Reject, Relu, Shapes, Slice, Sum, Value, Where, as_expr)
 
 aten = torch.ops.aten
 prims = torch.ops.prims
@@ -203,6 +204,8 @@ def _norm_dim(d: int, n: int) -> int:
 # ---- data movement ---------------------------------------------------------------------------
 @handles(aten.view, aten._unsafe_view, aten.reshape, shape=True)
 def _view(I: Interpreter, node, depth):
+    if isinstance(node.args[1], torch.dtype):
+        return _view_dtype(I, node, depth)
     x = I.ev(node.args[0], depth)
     return TV(x.value, I.A.regroup(x.dims, I.out_shape(node)), x.dtype)
 
@@ -289,7 +292,8 @@ def _repeat(I, node, depth):
 
 @handles(aten.slice, shape=True)
 def _slice(I, node, depth):
-    """A slice that keeps the whole dim (``x[:, None]`` under dynamic shapes) is a no-op."""
+    """A slice that keeps the whole dim (``x[:, None]`` under dynamic shapes) is a no-op; a
+    partial slice of bytes substitutes its offset into their index, one of floats is a ``Slice``."""
     x = I.ev(node.args[0], depth)
     n = len(x.dims)
     dim = _norm_dim(_arg(node, 1, "dim", 0), n)
@@ -298,6 +302,18 @@ def _slice(I, node, depth):
     size_out = node.meta["val"].shape[dim]
     if start in (0, None) and step == 1 and I.A.shapes.eq(as_expr(size_in), as_expr(size_out)):
         return TV(x.value, x.dims, x.dtype)
+    if isinstance(x.value, Elem) or (isinstance(x.value, Index) and x.dtype == torch.uint8):
+        # bytes (or a program over them) read from an offset: the index is substituted
+        if step != 1 or isinstance(start, fx.Node):
+            return None
+        start = 0 if start is None else start
+        if start < 0:
+            start = as_expr(size_in) + start
+        dims = list(x.dims)
+        dims[dim] = I.A.dim(size_out)
+        new = I.A.symbol(dims[dim][0]) if dims[dim] else sympy.Integer(0)
+        return TV(substitute(I.A, x.value, x.dims[dim], new + start), tuple(dims), x.dtype)
+    # floats: a Slice onto a fresh atom (other integer tensors stay opaque leaves, as masks read them)
     atoms = I.A.flat_dim(x.dims[dim])
     if step != 1 or len(atoms) != 1 or not I.is_float(x) or isinstance(x.value, Const):
         return None
@@ -330,6 +346,8 @@ def _cast(I, node, depth, dtype):
         ints = (torch.int64, torch.int32)
         if not x.value.is_bool and src in ints and dtype in ints:
             return TV(x.value, x.dims, dtype)
+        if not x.value.is_bool and src == torch.uint8 and dtype in (torch.int16,) + ints:
+            return TV(x.value, x.dims, dtype)  # bytes widened: the same values
         return None
     if src is not None and src.is_floating_point and dtype.is_floating_point:
         return TV(Cast(x.value, dtype), x.dims, dtype)
@@ -794,8 +812,7 @@ def _getitem(I, node, depth):
     return _reduce_max(I, node, x, [d], bool(_arg(src, 2, "keepdim", False)))
 
 
-@handles(aten.cat)
-def _cat(I, node, depth):
+def _cat_floats(I, node, depth):
     """Floats concatenated along one dim: a ``Cat`` over a fresh atom."""
     parts = [I.ev(a, depth) for a in node.args[0]]
     shape = I.out_shape(node)
@@ -853,8 +870,7 @@ def _gather(I, node, depth):
     return _gather_value(I, node, src, axis, index, dims)
 
 
-@handles(aten.index_select)
-def _index_select(I, node, depth):
+def _index_select_floats(I, node, depth):
     src = I.ev(node.args[0], depth)
     axis = _norm_dim(node.args[1], len(src.dims))
     index = I.ev(node.args[2], depth)
@@ -862,8 +878,7 @@ def _index_select(I, node, depth):
     return _gather_value(I, node, src, axis, index, dims)
 
 
-@handles(aten.index)
-def _index(I, node, depth):
+def _index_floats(I, node, depth):
     """Advanced indexing ``src[i0, i1, ...]`` with integer tensors on leading adjacent dims:
     index tensors that are exactly an arange over a dim of the same size (``arange(B)[:, None,
     None]``) select that dim as it is; exactly one other index tensor is the gather."""
@@ -895,3 +910,264 @@ def _index(I, node, depth):
         return None
     dims = tuple(bdims) + tuple(src.dims[len(used):])
     return _gather_value(I, node, src, axis, tvs[used.index(axis)], dims)
+
+
+# ---- integer tensors read elementwise: gathers, byte arithmetic, lookup tables ------------------
+def substitute(A: Atoms, v, dim, index_expr):
+    """``v`` (an Index or Elem) with the dim whose atoms are ``dim`` read at ``index_expr``:
+    each atom becomes floor(index / stride) mod size (row-major), exact for 0 <= index < size."""
+    flat = A.flat_dim(dim)
+    subs, stride = {}, sympy.Integer(1)
+    for i, a in reversed(list(enumerate(flat))):
+        part = sympy.floor(index_expr / stride) if stride != 1 else index_expr
+        subs[A.symbol(a)] = part if i == 0 else sympy.Mod(part, A.size(a))
+        stride *= A.size(a)
+
+    def one(ix: Index):
+        # the leaves are now read at index expressions: their own dims no longer say where
+        leaves = tuple((fn, node, None) for fn, node, _ in ix.leaves)
+        return Index(A.resolve(ix.expr).xreplace(subs), is_bool=ix.is_bool, leaves=leaves)
+    if isinstance(v, Index):
+        return one(v)
+    return Elem(v.prog, tuple((one(x), dt, nb) for x, dt, nb in v.inputs))
+
+
+def as_elem(I: Interpreter, tv: TV, node=None) -> Optional[Elem]:
+    """An operand as an Elem program: Elem itself, an Index with a known expression (an input),
+    or a constant (as a 0-d tensor of the node's dtype, like the graph holds it)."""
+    v = tv.value
+    if isinstance(v, Elem):
+        return v
+    if isinstance(v, Index) and v.expr is not None:
+        return Elem(("in", 0), ((v, tv.dtype, 1),))
+    if isinstance(v, Const):
+        c = v.value
+        if isinstance(node, fx.Node) and tv.dtype:
+            with unset_fake_temporarily():
+                c = torch.tensor(v.value, dtype=tv.dtype)
+        return Elem(("const", c), ())
+    return None
+
+
+def _shift(prog, k):
+    kind = prog[0]
+    if kind == "in":
+        return ("in", prog[1] + k)
+    if kind == "pick":
+        return ("pick", prog[1] + k, tuple(_shift(p, k) for p in prog[2]))
+    if kind == "op":
+        def arg(a):
+            if isinstance(a, tuple) and a and a[0] in ("in", "const", "pick", "op"):
+                return _shift(a, k)
+            if isinstance(a, list):
+                return [arg(x) for x in a]
+            return a
+        return ("op", prog[1], tuple(arg(a) for a in prog[2]), prog[3])
+    return prog
+
+
+class _Merge:
+    """Collects the inputs of several Elem operands into one input list."""
+
+    def __init__(self):
+        self.inputs = []
+
+    def add(self, e: Elem):
+        k = len(self.inputs)
+        self.inputs += list(e.inputs)
+        return _shift(e.prog, k)
+
+
+# ops that are elementwise over their tensor operands (broadcasting)
+_ELEMENTWISE = {aten.mul, aten.add, aten.sub, aten.rsub, aten.div, aten.neg, aten.exp2, aten.exp, aten.pow, aten.ldexp,
+                aten.where, aten.abs, aten.bitwise_and, aten.bitwise_or, aten.bitwise_xor,
+                aten.__and__, aten.__or__, aten.__xor__, aten.__rshift__, aten.__lshift__,
+                aten.bitwise_right_shift, aten.bitwise_left_shift, aten.bitwise_not,
+                prims.convert_element_type, aten._to_copy,
+                aten.ge, aten.gt, aten.le, aten.lt, aten.eq, aten.ne}
+# ops that turn plain integer tensors into an Elem (elsewhere integers stay sympy expressions)
+_BYTE_OPS = {aten.bitwise_and, aten.bitwise_or, aten.bitwise_xor, aten.__and__, aten.__or__,
+             aten.__xor__, aten.__rshift__, aten.__lshift__, aten.bitwise_right_shift,
+             aten.bitwise_left_shift, aten.exp2, aten.pow, aten.ldexp, prims.convert_element_type, aten._to_copy}
+
+
+# integer arithmetic that wraps around in these dtypes is evaluated, not read as exact sympy
+_NARROW_INTS = (torch.uint8, torch.int8, torch.int16)
+
+
+def _elementwise(I: Interpreter, node, depth):
+    """Read an elementwise op as an Elem when an operand is one (or, for byte arithmetic and
+    int -> float casts, an integer tensor); None leaves the op to its ordinary handler."""
+    p = packet(node)
+    nodes = [a for a in node.args if isinstance(a, fx.Node)]
+    if not nodes:
+        return None
+    tvs = [I.ev(a, depth) for a in nodes]
+    out_dt = node.meta["val"].dtype
+    if not any(isinstance(tv.value, Elem) for tv in tvs):
+        ints = [tv for tv in tvs if isinstance(tv.value, Index) and not tv.value.is_bool]
+        narrow = out_dt in _NARROW_INTS and p in (aten.add, aten.sub, aten.rsub, aten.mul, aten.neg)
+        if not ints or (p not in _BYTE_OPS and not narrow):
+            return None
+        if p in (prims.convert_element_type, aten._to_copy) and not out_dt.is_floating_point:
+            return None  # int -> int casts stay index expressions
+    elems = [as_elem(I, tv, a) for a, tv in zip(nodes, tvs)]
+    if any(e is None for e in elems):
+        return None
+    if p is aten._to_copy:
+        if node.args[0].meta["val"].device != node.meta["val"].device:
+            return None
+        target, kwargs = prims.convert_element_type.default, {}
+        args_t = (node.args[0], out_dt)
+    else:
+        target, kwargs, args_t = node.target, dict(node.kwargs), node.args
+        if any(isinstance(v, fx.Node) for v in kwargs.values()):
+            return None
+    m, progs = _Merge(), {a: None for a in nodes}
+    for a, e in zip(nodes, elems):
+        progs[a] = m.add(e)
+    args = tuple(progs[a] if isinstance(a, fx.Node) else a for a in args_t)
+    dims = I.bcast(node, tvs)
+    return TV(Elem(("op", target, args, kwargs), tuple(m.inputs)), dims, out_dt)
+
+
+def _view_dtype(I: Interpreter, node, depth):
+    """x.view(dtype): same item size -> an elementwise reinterpretation; uint8 -> a 4-byte dtype
+    -> a word input (the address of its first byte; the last dim shrinks by 4)."""
+    x = I.ev(node.args[0], depth)
+    src, dst = node.args[0].meta["val"].dtype, node.args[1]
+    if src.itemsize == dst.itemsize:
+        e = as_elem(I, x, node.args[0])
+        if e is None or not isinstance(x.value, (Index, Elem)):
+            return None
+        return TV(Elem(("op", aten.view.dtype, (e.prog, dst), {}), e.inputs), x.dims, dst)
+    if not (isinstance(x.value, Index) and x.value.expr is not None and src == torch.uint8
+            and dst.itemsize == 4 and x.dims):
+        return None
+    last = x.dims[-1]
+    flat = I.A.flat_dim(last)
+    if not flat or not I.A.shapes.eq(I.A.size(flat[-1]), 4):
+        if not flat or I.A.shapes.quotient(I.A.size(flat[-1]), 4) is None:
+            return None
+        I.A.split(flat[-1], I.A.size(flat[-1]) / 4)
+        flat = I.A.flat_dim(last)
+    byte = flat[-1]
+    word = I.A.resolve(x.value.expr).xreplace({I.A.symbol(byte): 0})
+    if I.A.symbol(byte) in word.free_symbols:
+        return None
+    ix = Index(word, leaves=x.value.leaves)
+    dims = x.dims[:-1] + (tuple(flat[:-1]),)
+    return TV(Elem(("in", 0), ((ix, dst, 4),)), dims, dst)
+
+
+def constant_tensor(node) -> Optional[torch.Tensor]:
+    """The real value of a constant tensor in the graph (a get_attr, through copies/casts)."""
+    ops = []
+    while isinstance(node, fx.Node) and node.op == "call_function":
+        p = packet(node)
+        if p in (aten.lift_fresh_copy, aten.clone, aten.alias, aten.detach):
+            node = node.args[0]
+        elif p is prims.convert_element_type:
+            ops.append(node.args[1])
+            node = node.args[0]
+        else:
+            return None
+    if not isinstance(node, fx.Node) or node.op != "get_attr":
+        return None
+    t = node.graph.owning_module
+    for part in str(node.target).split("."):
+        t = getattr(t, part, None)
+    if not isinstance(t, torch.Tensor) or isinstance(t, torch._subclasses.FakeTensor):
+        return None
+    with unset_fake_temporarily():
+        for dt in reversed(ops):
+            t = t.to(dt)
+        return t.detach().cpu()
+
+
+def _index_bytes(I: Interpreter, node, depth):
+    """A gather along dim 0 (``cache[block_table]``, index_select) of an integer tensor, or a
+    lookup in a small constant table (``lut[codes]``)."""
+    src = node.args[0]
+    if packet(node) is aten.index_select:
+        if _norm_dim(node.args[1], node.args[0].meta["val"].dim()) != 0:
+            return None
+        idx_node = node.args[2]
+    else:
+        idx = node.args[1]
+        if len(idx) != 1 or not isinstance(idx[0], fx.Node):
+            return None
+        idx_node = idx[0]
+    ix = I.ev(idx_node, depth)
+    if ix.dtype == torch.bool or ix.dtype is None or ix.dtype.is_floating_point:
+        return None
+    lut = constant_tensor(src)
+    if lut is not None:
+        if lut.dim() != 1 or lut.numel() > 256:
+            return None
+        e = as_elem(I, ix, idx_node)
+        if e is None:
+            return None
+        prog = ("op", aten.index.Tensor, (("const", lut), [e.prog]), {})
+        return TV(Elem(prog, e.inputs), ix.dims, node.meta["val"].dtype)
+    x = I.ev(src, depth)
+    if not (isinstance(x.value, Elem) or (isinstance(x.value, Index) and x.dtype == torch.uint8)):
+        return None  # only byte caches are read through a gather
+    if I.index_of(ix) is None or not x.dims or (isinstance(x.value, Index) and x.value.expr is None):
+        return None
+    value = substitute(I.A, x.value, x.dims[0], ix.value.expr)
+    value = _with_leaves(value, ix.value.leaves)
+    return TV(value, ix.dims + x.dims[1:], x.dtype)
+
+
+def _with_leaves(v, leaves):
+    if isinstance(v, Index):
+        return Index(v.expr, is_bool=v.is_bool, leaves=v.leaves + leaves)
+    return Elem(v.prog, tuple((Index(x.expr, x.is_bool, x.leaves + leaves), dt, nb) for x, dt, nb in v.inputs))
+
+
+def _cat_pick(I: Interpreter, node, depth):
+    """stack / cat of size-1 slices along a new dim: the new index picks the operand."""
+    parts = node.args[0]
+    n = len(node.meta["val"].shape)
+    dim = _norm_dim(_arg(node, 1, "dim", 0), n)
+    tvs = [I.ev(a, depth) for a in parts]
+    if packet(node) is aten.stack:
+        tvs = [TV(tv.value, tv.dims[:dim] + ((),) + tv.dims[dim:], tv.dtype) for tv in tvs]
+    elif not all(I.A.shapes.is_one(as_expr(a.meta["val"].shape[dim])) for a in parts):
+        return None
+    elems = [as_elem(I, tv, a) for a, tv in zip(parts, tvs)]
+    if any(e is None for e in elems) or not any(isinstance(tv.value, (Elem, Index)) for tv in tvs):
+        return None
+    dims = list(I.bcast(node, tvs))
+    if not dims[dim]:
+        return None
+    m = _Merge()
+    progs = tuple(m.add(e) for e in elems)
+    sel = Index(I.A.symbol(dims[dim][0]))
+    m.inputs.append((sel, torch.int64, 1))
+    return TV(Elem(("pick", len(m.inputs) - 1, progs), tuple(m.inputs)), tuple(dims), node.meta["val"].dtype)
+
+
+# ---- ops both sections read: bytes first (they claim only byte caches, lookup tables and ------
+# programs over bytes), then what the op read before (attention's floats, index arithmetic)
+def _first(*fns):
+    """A handler trying ``fns`` in order: the first reading that is not None. (All but the last
+    give up before they unify atoms, so each starts from the same state; ``ev`` undoes the last.)"""
+    fns = [f for f in fns if f is not None]
+
+    def handler(I, node, depth):
+        for fn in fns:
+            tv = fn(I, node, depth)
+            if tv is not None:
+                return tv
+        return None
+    return handler
+
+
+for _p in _ELEMENTWISE:
+    HANDLERS[_p] = _first(_elementwise, HANDLERS.get(_p))
+handles(aten.index)(_first(_index_bytes, _index_floats))
+handles(aten.index_select)(_first(_index_bytes, _index_select_floats))
+handles(aten.cat)(_first(_cat_pick, _cat_floats))
+handles(aten.stack)(_cat_pick)
