@@ -118,15 +118,18 @@ def head_dim(d: int, name: str) -> None:
 
 
 def same_device(pairs) -> None:
-    devs = {(n, t.device) for n, t in pairs if t is not None}
-    first = next(iter(devs))[1]
-    for n, d in devs:
-        if d != first:
-            raise ValueError(f"{n} is on {d} but other inputs are on {first}")
+    """ValueError naming the first tensor not on the most common device (ties: the earlier argument's)."""
+    pairs = [(n, t.device) for n, t in pairs if t is not None]
+    counts = [sum(1 for _, e in pairs if e == d) for _, d in pairs]
+    common = pairs[counts.index(max(counts))][1]
+    for n, d in pairs:
+        if d != common:
+            raise ValueError(f"{n} is on {d} but other inputs are on {common}")
 
 
 def ranges(k_start, k_end, rows: int, device) -> tuple[torch.Tensor, torch.Tensor]:
-    """int32 [rows] contiguous (k_start, k_end); both None means the full range (filled by caller)."""
+    """int32 [rows] contiguous (k_start, k_end); both None means the full range (filled by caller).
+    Wider integers are saturated to the int32 range first (no wrap-around; the kernels clamp to [0, K])."""
     out = []
     for x, name in ((k_start, "k_start"), (k_end, "k_end")):
         x = tensor(x, name)
@@ -136,6 +139,8 @@ def ranges(k_start, k_end, rows: int, device) -> tuple[torch.Tensor, torch.Tenso
             raise ValueError(f"{name} must have shape ({rows},), got {tuple(x.shape)}")
         if x.device != device:
             raise ValueError(f"{name} is on {x.device} but q is on {device}")
+        if x.dtype == torch.int64:
+            x = x.clamp(torch.iinfo(torch.int32).min, torch.iinfo(torch.int32).max)
         out.append(x.to(torch.int32).contiguous())
     return out[0], out[1]
 
