@@ -417,3 +417,17 @@ def test_checks_run_before_any_launch(monkeypatch):
     if DEVICE == "cpu" and os.environ.get("TRITON_INTERPRET") == "1":
         with pytest.raises(AssertionError, match="launched"):   # the tripwire is live
             idsa.indexer_topk(q, k, w, 2)
+
+
+def test_paged_nan_key_ranks_last():
+    """An E8M0 scale byte 0xFF (NaN) in a visible cache row makes that row's score NaN (as in the
+    oracle): it ranks below every real score and, when selected, reports -inf."""
+    q, cache, w, bt, ctx = make_case(torch.Generator().manual_seed(2), n=1, h=2, d=32, ctx=[20])
+    cache[int(bt[0, 0]), PAGE * 16 + 5] = 0xFF                 # scale byte of row 5 (mxfp4 D=32: 16 + 1 B rows)
+    ref = _oracle((q, cache, w, bt, ctx), "mxfp4", "fn")
+    assert ref[0, 0, 5].isnan() and torch.isfinite(ref[0, 0, :20][torch.arange(20) != 5]).all()
+    vals, idx = (t.cpu() for t in idsa.paged_indexer_topk(*_dev((q, cache, w, bt, ctx)), 20))
+    assert idx[0, 0, -1] == 5 and vals[0, 0, -1] == float("-inf")
+    vals, idx = (t.cpu() for t in idsa.paged_indexer_topk(*_dev((q, cache, w, bt, ctx)), 12))
+    assert not (idx == 5).any()
+    assert_topk(vals, idx, ref.masked_fill(torch.arange(192) == 5, float("-inf")), 12)
