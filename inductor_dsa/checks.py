@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+from contextvars import ContextVar
 
 import torch
 from torch._subclasses.fake_tensor import is_fake
@@ -30,32 +31,33 @@ FP8_DTYPES = (torch.float8_e4m3fn, torch.float8_e4m3fnuz)
 INT_DTYPES = (torch.int32, torch.int64, torch.int16, torch.int8, torch.uint8)
 MAX_HEADS = 256
 VALUES_ENV = "INDUCTOR_DSA_CHECK_VALUES"
-_values_override: list = []  # innermost ``values(...)`` context last
+_values_override: ContextVar = ContextVar("inductor_dsa_check_values", default=None)  # per thread / task
 
 
 @contextlib.contextmanager
 def values(enabled: bool):
     """Turn the data value checks on or off inside the block (overrides ``INDUCTOR_DSA_CHECK_VALUES``)."""
-    _values_override.append(bool(enabled))
+    token = _values_override.set(bool(enabled))
     try:
         yield
     finally:
-        _values_override.pop()
+        _values_override.reset(token)
 
 
 def values_enabled() -> bool:
     """Whether value checks are on: the innermost ``values()`` context, else the environment (default on)."""
-    if _values_override:
-        return _values_override[-1]
+    override = _values_override.get()
+    if override is not None:
+        return override
     return os.environ.get(VALUES_ENV, "1").strip().lower() not in ("0", "false", "off", "no")
 
 
 def can_read(requested, *tensors) -> bool:
     """Run the value checks of one call? ``requested`` (the op's keyword) None follows
     ``values_enabled()``. Never while tracing, on fake / meta tensors or during CUDA-graph capture."""
-    if not (values_enabled() if requested is None else requested):
-        return False
     if torch.compiler.is_compiling():
+        return False
+    if not (values_enabled() if requested is None else requested):
         return False
     for t in tensors:
         if is_fake(t) or t.device.type == "meta":
