@@ -5,12 +5,12 @@ Public API: ``indexer_logits``, ``indexer_topk`` (see ``inductor_dsa.indexer``),
 ``inductor_dsa.paged``), ``sparse_attention`` (see ``inductor_dsa.attention``), the oracles in
 ``inductor_dsa.reference`` and formats in ``inductor_dsa.formats``.
 """
-from . import formats, reference
+from . import checks, formats, reference
 from .attention import sparse_attention
 from .indexer import indexer_logits, indexer_topk
 from .paged import paged_gather, paged_indexer_logits, paged_indexer_topk
 
-__all__ = ["formats", "reference", "indexer_logits", "indexer_topk", "paged_indexer_logits",
+__all__ = ["checks", "formats", "reference", "indexer_logits", "indexer_topk", "paged_indexer_logits",
            "paged_indexer_topk", "paged_gather", "sparse_attention"]
 __version__ = "0.1.0"
 

@@ -9,32 +9,25 @@ counts once per slot; sink None or [H] (fp32), only in the denominator; scale de
 """
 from __future__ import annotations
 
-import torch
-
 from . import checks, ops
 
 
-def _can_read_indices(indices: torch.Tensor) -> bool:
-    if torch.compiler.is_compiling():
-        return False
-    return not (indices.is_cuda and torch.cuda.is_current_stream_capturing())
-
-
-def sparse_attention(q, kv, indices, *, sink=None, scale=None, return_lse=False, check_indices=True):
+def sparse_attention(q, kv, indices, *, sink=None, scale=None, return_lse=False, check_indices=None):
     """out [B, M, H, D] (q's dtype), or (out, lse fp32 [B, M, H]) with ``return_lse``.
 
     lse = log sum_j exp(s_j) over the non-empty slots: natural log, sink NOT included, -inf
     for a query with no non-empty slot (such a query returns out = 0, never NaN).
 
     Validation, all before any launch: shapes, dtypes, devices, sink and scale raise
-    TypeError / ValueError naming the argument without reading data. With ``check_indices``
-    (default) index values outside [-1, N) raise ValueError too; that check reads the data
-    (one reduction + a device sync), so it is skipped under torch.compile tracing and CUDA
-    graph capture, and ``check_indices=False`` skips it for hot loops. Unchecked out-of-range
-    indices are treated as -1 by the kernels (never read outside kv), an unchecked contract.
+    TypeError / ValueError naming the argument without reading data. Index values outside
+    [-1, N) raise ValueError too (a value check: one reduction + a device sync); it is skipped
+    under torch.compile tracing and CUDA-graph capture, and turned off by
+    ``check_indices=False``, ``INDUCTOR_DSA_CHECK_VALUES=0`` or ``checks.values(False)``
+    (``check_indices=None`` follows those). Unchecked out-of-range indices are treated as -1 by
+    the kernels (never read outside kv).
     """
     info = checks.sparse_attention(q, kv, indices, sink, scale)
-    if check_indices and _can_read_indices(indices):
+    if checks.can_read(check_indices, indices):
         checks.index_range(indices, info["N"])
     out, lse = ops.sparse_attention(q, kv, indices, sink, info["scale"])
     return (out, lse) if return_lse else out

@@ -1,12 +1,28 @@
 """Input validation shared by the public functions and the op implementations.
 
-Every check runs before any launch and raises TypeError (wrong kind or dtype) or
-ValueError (wrong shape, size, device) naming the argument. No check reads tensor
-data, so none syncs the device and all are valid under tracing and graph capture.
+Metadata checks (types, dtypes, shapes, sizes, devices) run before any launch and raise
+TypeError (wrong kind or dtype) or ValueError (wrong shape, size, device) naming the
+argument. They read no tensor data, so they never sync and are valid under tracing and
+CUDA-graph capture.
+
+Value checks (``paged_values``, ``index_range``) read the data: one reduction and one
+device-to-host copy (a sync) per call. They run by default and are skipped
+
+  - while a CUDA graph is being captured, under torch.compile tracing, on fake / meta tensors;
+  - with the environment variable ``INDUCTOR_DSA_CHECK_VALUES=0``;
+  - inside ``with inductor_dsa.checks.values(False):``.
+
+The kernels never read out of bounds without them (bad values are clamped or masked in-kernel,
+see README "What each op promises on bad input").
 """
 from __future__ import annotations
 
+import contextlib
+import os
+from contextvars import ContextVar
+
 import torch
+from torch._subclasses.fake_tensor import is_fake
 
 from .formats import FP8_DTYPES as FP8_FORMATS, MXFP4_BLOCK, PAGE_ROWS
 
@@ -14,6 +30,41 @@ FLOAT_DTYPES = (torch.bfloat16, torch.float16, torch.float32)
 FP8_DTYPES = (torch.float8_e4m3fn, torch.float8_e4m3fnuz)
 INT_DTYPES = (torch.int32, torch.int64, torch.int16, torch.int8, torch.uint8)
 MAX_HEADS = 256
+VALUES_ENV = "INDUCTOR_DSA_CHECK_VALUES"
+_values_override: ContextVar = ContextVar("inductor_dsa_check_values", default=None)  # per thread / task
+
+
+@contextlib.contextmanager
+def values(enabled: bool):
+    """Turn the data value checks on or off inside the block (overrides ``INDUCTOR_DSA_CHECK_VALUES``)."""
+    token = _values_override.set(bool(enabled))
+    try:
+        yield
+    finally:
+        _values_override.reset(token)
+
+
+def values_enabled() -> bool:
+    """Whether value checks are on: the innermost ``values()`` context, else the environment (default on)."""
+    override = _values_override.get()
+    if override is not None:
+        return override
+    return os.environ.get(VALUES_ENV, "1").strip().lower() not in ("0", "false", "off", "no")
+
+
+def can_read(requested, *tensors) -> bool:
+    """Run the value checks of one call? ``requested`` (the op's keyword) None follows
+    ``values_enabled()``. Never while tracing, on fake / meta tensors or during CUDA-graph capture."""
+    if torch.compiler.is_compiling():
+        return False
+    if not (values_enabled() if requested is None else requested):
+        return False
+    for t in tensors:
+        if is_fake(t) or t.device.type == "meta":
+            return False
+        if t.is_cuda and torch.cuda.is_current_stream_capturing():
+            return False
+    return True
 
 
 def tensor(x, name: str) -> torch.Tensor:
@@ -69,15 +120,18 @@ def head_dim(d: int, name: str) -> None:
 
 
 def same_device(pairs) -> None:
-    devs = {(n, t.device) for n, t in pairs if t is not None}
-    first = next(iter(devs))[1]
-    for n, d in devs:
-        if d != first:
-            raise ValueError(f"{n} is on {d} but other inputs are on {first}")
+    """ValueError naming the first tensor not on the most common device (ties: the earlier argument's)."""
+    pairs = [(n, t.device) for n, t in pairs if t is not None]
+    counts = [sum(1 for _, e in pairs if e == d) for _, d in pairs]
+    common = pairs[counts.index(max(counts))][1]
+    for n, d in pairs:
+        if d != common:
+            raise ValueError(f"{n} is on {d} but other inputs are on {common}")
 
 
 def ranges(k_start, k_end, rows: int, device) -> tuple[torch.Tensor, torch.Tensor]:
-    """int32 [rows] contiguous (k_start, k_end); both None means the full range (filled by caller)."""
+    """int32 [rows] contiguous (k_start, k_end); both None means the full range (filled by caller).
+    Wider integers are saturated to the int32 range first (no wrap-around; the kernels clamp to [0, K])."""
     out = []
     for x, name in ((k_start, "k_start"), (k_end, "k_end")):
         x = tensor(x, name)
@@ -87,6 +141,8 @@ def ranges(k_start, k_end, rows: int, device) -> tuple[torch.Tensor, torch.Tenso
             raise ValueError(f"{name} must have shape ({rows},), got {tuple(x.shape)}")
         if x.device != device:
             raise ValueError(f"{name} is on {x.device} but q is on {device}")
+        if x.dtype == torch.int64:
+            x = x.clamp(torch.iinfo(torch.int32).min, torch.iinfo(torch.int32).max)
         out.append(x.to(torch.int32).contiguous())
     return out[0], out[1]
 
@@ -170,7 +226,7 @@ def sparse_attention(q, kv, indices, sink, scale) -> dict:
 
 
 def index_range(indices: torch.Tensor, n: int) -> None:
-    """ValueError unless every index is in [-1, n). READS the data (one reduction and a device sync)."""
+    """Value check: ValueError unless every index is in [-1, n). READS the data (one reduction, one sync)."""
     if indices.numel() == 0:
         return
     lo, hi = torch.stack(torch.aminmax(indices)).tolist()
@@ -251,3 +307,24 @@ def paged(q, q_scale, kv_cache, weights, block_table, context_lens, fmt, fp8_fla
     same_device([("q", q), ("q scales", q_scale), ("weights", weights), ("kv_cache", kv_cache)])
     info.update(N=n, H=h, q_fmt=qf)
     return info
+
+
+def paged_values(kv_cache, block_table, context_lens) -> None:
+    """Value check: ValueError unless 0 <= context_lens[b] <= max_pages * 64 and every block-table
+    entry a context uses (p < cdiv(context_lens[b], 64)) lies in [0, num_pages). Entries past the
+    context are never read and may hold anything. READS the data (one reduction, one sync)."""
+    b, pages = block_table.shape
+    if b == 0:
+        return
+    max_len, num_pages = pages * PAGE_ROWS, kv_cache.shape[0]
+    ctx = context_lens.long()
+    used = torch.arange(pages, device=ctx.device) * PAGE_ROWS < ctx.clamp(0, max_len).unsqueeze(1)
+    bad = used & ((block_table < 0) | (block_table >= num_pages))
+    lo, hi, n_bad = torch.stack([ctx.min(), ctx.max(), bad.sum()]).tolist()
+    if lo < 0 or hi > max_len:
+        raise ValueError(f"context_lens must lie in [0, {max_len}] (block_table.shape[1] * {PAGE_ROWS}), "
+                         f"got values in [{lo}, {hi}]")
+    if n_bad:
+        r, p = bad.nonzero()[0].tolist()
+        raise ValueError(f"block_table[{r}, {p}] = {int(block_table[r, p])} is a page id outside [0, {num_pages}) "
+                         f"(kv_cache.shape[0]) used by context_lens[{r}] = {int(ctx[r])} ({n_bad} such entries)")

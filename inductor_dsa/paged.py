@@ -20,12 +20,14 @@ Arguments
     context_lens  int32 [B]
 
 Bounds. Shapes, dtypes and devices are checked before any launch (TypeError / ValueError naming
-the argument); no check reads data. The kernels never read out of bounds whatever the data:
+the argument); those checks read no data. Value checks (``checks.paged_values``: context_lens
+within [0, max_len], the block-table entries the context uses within [0, num_pages)) read the
+data and sync: on by default, skipped under CUDA-graph capture and torch.compile tracing, off
+with ``check_values=False``, ``INDUCTOR_DSA_CHECK_VALUES=0`` or ``checks.values(False)``
+(``check_values=None`` follows those). Unchecked, the kernels still never read out of bounds:
 context_lens are clamped to [0, max_pages * 64]; a page id outside [0, num_pages) inside the
 context reads as an all-zero key row (score 0; the oracle does the same); block-table entries
-past the context are never read. ``check_values=True`` additionally verifies the data
-(context_lens within [0, max_len], the used block-table entries within [0, num_pages)); it
-synchronises the device, so it is skipped under CUDA-graph capture and torch.compile tracing.
+past the context are never read.
 """
 from __future__ import annotations
 
@@ -39,33 +41,23 @@ def _split_q(q):
     return q, q_scale
 
 
-def _check_values(kv_cache, block_table, context_lens) -> None:
-    capturing = kv_cache.is_cuda and torch.cuda.is_current_stream_capturing()
-    if capturing or torch.compiler.is_compiling():
-        return
-    max_len = block_table.shape[1] * formats.PAGE_ROWS
-    ctx = context_lens.long()
-    if ((ctx < 0) | (ctx > max_len)).any():
-        raise ValueError(f"context_lens must lie in [0, {max_len}] (block_table.shape[1] * 64)")
-    used = torch.arange(block_table.shape[1], device=ctx.device) * formats.PAGE_ROWS < ctx.unsqueeze(1)
-    bad = used & ((block_table < 0) | (block_table >= kv_cache.shape[0]))
-    if bad.any():
-        raise ValueError(f"block_table has page ids outside [0, {kv_cache.shape[0]}) inside the context")
+def _values(check_values, kv_cache, block_table, context_lens) -> None:
+    if checks.can_read(check_values, kv_cache, block_table, context_lens):
+        checks.paged_values(kv_cache, block_table, context_lens)
 
 
 def paged_indexer_logits(q, kv_cache, weights, block_table, context_lens, *, fmt="mxfp4", fp8_flavor="fn",
-                         check_values=False) -> torch.Tensor:
+                         check_values=None) -> torch.Tensor:
     """fp32 [B, N, max_len] indexer logits, max_len = block_table.shape[1] * 64; columns
     j >= context_lens[b] are -inf. (A dense output; use ``paged_indexer_topk`` to never build it.)"""
     q, q_scale = _split_q(q)
     checks.paged(q, q_scale, kv_cache, weights, block_table, context_lens, fmt, fp8_flavor)
-    if check_values:
-        _check_values(kv_cache, block_table, context_lens)
+    _values(check_values, kv_cache, block_table, context_lens)
     return ops.paged_indexer_logits(q, q_scale, kv_cache, weights, block_table, context_lens, fmt, fp8_flavor)
 
 
 def paged_indexer_topk(q, kv_cache, weights, block_table, context_lens, topk, *, fmt="mxfp4", fp8_flavor="fn",
-                       check_values=False):
+                       check_values=None):
     """(values fp32 [B, N, topk], indices int32 [B, N, topk]) of the largest visible logits per query
     token: request-local row numbers j < context_lens[b], sorted by descending score (ties: lower
     row first), slots past the visible count hold -1 / -inf. NaN scores rank lowest.
@@ -76,12 +68,12 @@ def paged_indexer_topk(q, kv_cache, weights, block_table, context_lens, topk, *,
     topk = checks.topk_arg(topk)
     q, q_scale = _split_q(q)
     checks.paged(q, q_scale, kv_cache, weights, block_table, context_lens, fmt, fp8_flavor)
-    if check_values:
-        _check_values(kv_cache, block_table, context_lens)
+    _values(check_values, kv_cache, block_table, context_lens)
     return ops.paged_indexer_topk(q, q_scale, kv_cache, weights, block_table, context_lens, topk, fmt, fp8_flavor)
 
 
-def paged_gather(kv_cache, block_table, context_lens, *, fmt="mxfp4", fp8_flavor="fn", total_rows=None):
+def paged_gather(kv_cache, block_table, context_lens, *, fmt="mxfp4", fp8_flavor="fn", total_rows=None,
+                 check_values=None):
     """Flat-buffer form: copy the raw cache rows of every request back to back (no dequant, no top-k),
     so that the prefill ``indexer_topk`` / ``indexer_logits`` can consume them.
 
@@ -97,6 +89,7 @@ def paged_gather(kv_cache, block_table, context_lens, *, fmt="mxfp4", fp8_flavor
     sum back from the device (a sync). Rows of out-of-range page ids are zero.
     """
     checks.paged_cache(kv_cache, block_table, context_lens, fmt, fp8_flavor)
+    _values(check_values, kv_cache, block_table, context_lens)
     if total_rows is None:
         max_len = block_table.shape[1] * formats.PAGE_ROWS
         total_rows = int(context_lens.long().clamp(0, max_len).sum()) if block_table.shape[0] else 0

@@ -51,14 +51,28 @@ def test_mark_dynamic_compiles_once_for_several_lengths():
     assert n <= 2 and swapped == n, (n, swapped)
 
 
-def test_automatic_dynamic_recompiles_at_most_once():
-    """Real Inductor code generation on the module; no marks: static, then one dynamic graph."""
+LENGTHS = (32, 48, 37, 64, 53, 80, 41, 72, 29, 60)   # ten sequence lengths, odd ones and tails too
+
+
+def test_ten_lengths_compile_at_most_twice_and_always_swap(monkeypatch):
+    """Real Inductor code generation on the module, no marks (automatic dynamic: static, then one
+    dynamic graph): at most 2 compilations for 10 lengths, counted by a backend wrapping
+    inductor_dsa.backend, every compilation swapped, and every call runs the fused top-k."""
+    from inductor_dsa.kernels import launch
     torch._dynamo.reset()
     lowering.reset()
+    compiles, launches = [], []
+    real = launch.indexer_topk
+    monkeypatch.setattr(launch, "indexer_topk", lambda *a: launches.append(a[0].shape[0]) or real(*a))
+
+    def counting_backend(gm, example_inputs):
+        compiles.append(gm)
+        return inductor_dsa.backend(gm, example_inputs)
+
     torch.manual_seed(0)
     m = ToyIndexer(dim=48, batch=1, max_len=80)
-    f = torch.compile(m, backend=inductor_dsa.backend)
-    for seqlen in (32, 48, 64, 80):
+    f = torch.compile(m, backend=counting_backend)
+    for seqlen in LENGTHS:
         g = torch.Generator().manual_seed(seqlen)
         x, qr = torch.randn(1, seqlen, 48, generator=g), torch.randn(1, seqlen, 48, generator=g)
         kv = torch.randn(1, seqlen // 4, 32, generator=g)
@@ -67,4 +81,5 @@ def test_automatic_dynamic_recompiles_at_most_once():
         _, (logits64,) = oracle(toy_call, (m, (x, qr, kv)))
         check_topk(out, logits64, out.shape[-1], post=True)
     n, swapped = _compilations_with_swaps()
-    assert n <= 2 and swapped == n, (n, swapped)
+    assert len(compiles) <= 2 and n == len(compiles) and swapped == n, (len(compiles), n, swapped)
+    assert launches == list(LENGTHS), launches   # one fused top-k per call, over that call's T rows

@@ -9,10 +9,12 @@ import pytest
 import torch
 
 from attention_corpus import ATTENTION_NEAR_MISSES
-from pass_corpus import NEAR_MISSES
-from pass_helpers import SnapshotPass, compile_run, first_tensor_outputs, pass_only_backend
+from pass_corpus import CASES, NEAR_MISSES
+from pass_helpers import SnapshotPass, case_args, compile_run, first_tensor_outputs, pass_only_backend
 
 from inductor_dsa import lowering
+from inductor_dsa.lowering import graph_pass
+from inductor_dsa.patterns.algebra import Reject
 
 
 ALL = NEAR_MISSES + ATTENTION_NEAR_MISSES
@@ -38,3 +40,26 @@ def test_near_miss_is_left_untouched(case, monkeypatch):
     if case.reject is not None:
         reasons = [r.reason for r in lowering.report().rejections]
         assert any(case.reject in r for r in reasons), f"no rejection mentioning {case.reject!r}: {reasons}"
+
+
+@pytest.mark.parametrize("stage", ["specialize", "trace"])
+@pytest.mark.parametrize("error", [Reject("a late check failed"), RuntimeError("internal")])
+def test_late_failure_leaves_graph_untouched(stage, error, monkeypatch):
+    """A match that passes analysis but fails a later check (guard installation, tracing the
+    replacement), or hits an internal error there, leaves the graph byte-for-byte unchanged
+    and the compiled function computes what eager computes."""
+    monkeypatch.delenv("INDUCTOR_DSA_STRICT", raising=False)  # internal errors: logged, not raised
+    (case,) = [c for c in CASES if c.name == "official_fn_b1"]
+
+    def fail(*a, **k):
+        raise error
+    if stage == "trace":
+        monkeypatch.setattr(graph_pass, "_trace", fail)
+    else:
+        monkeypatch.setattr(graph_pass.Replacement, "specialize", fail)
+    args = case_args(case, torch.float32)
+    snap = SnapshotPass()
+    out, counts = compile_run(case.fn, args, backend=pass_only_backend(snap))
+    assert counts == {} and snap.before and snap.before == snap.after
+    with torch.no_grad():
+        assert torch.equal(out, case.fn(*args))

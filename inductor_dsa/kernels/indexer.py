@@ -72,7 +72,8 @@ def _score_rows(qT, wv, kt, row_scale, BT: tl.constexpr, HP: tl.constexpr, BN: t
         acc = tl.dot(kt, qT)
     if row_scale is not None:
         acc = acc * row_scale[:, None]
-    acc = tl.maximum(acc, 0.0) * wv[None, :]
+    # relu as eager computes it: NaN stays NaN (the default max would map it to 0 on GPUs, not here)
+    acc = tl.maximum(acc, 0.0, propagate_nan=tl.PropagateNan.ALL) * wv[None, :]
     return tl.sum(tl.reshape(acc, (BN, BT, HP)), axis=2)
 
 
