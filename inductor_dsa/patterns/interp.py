@@ -15,8 +15,8 @@ import sympy
 import torch
 import torch.fx as fx
 
-from .algebra import (Add, Atoms, Cast, Const, Contract, Index, Leaf, Mul, Reject, Relu, Shapes,
-                      Sum, Value, Where, as_expr)
+from .algebra import (Add, AllReduce, Atoms, Cast, Const, Contract, Index, Leaf, Mul, Reject, Relu,
+                      Shapes, Sum, Value, Where, as_expr)
 
 aten = torch.ops.aten
 prims = torch.ops.prims
@@ -303,8 +303,8 @@ def _same(I, node, depth):
     return TV(x.value, x.dims, x.dtype)
 
 
-def _cast(I, node, depth, dtype):
-    x = I.ev(node.args[0], depth)
+def _cast(I, node, depth, dtype, x=None):
+    x = I.ev(node.args[0], depth) if x is None else x
     src = x.dtype
     if dtype is None or dtype == src:
         return TV(x.value, x.dims, x.dtype)
@@ -329,6 +329,41 @@ def _to_copy(I, node, depth):
     if src.device != dst.device:
         return None
     return _cast(I, node, depth, dst.dtype)
+
+
+@handles(aten.copy, shape=True)
+def _copy(I, node, depth):
+    """copy(dst, src): src's values in dst's shape and dtype (the write-back of an in-place op)."""
+    dst, src = node.args[0], node.args[1]
+    if _val(dst).device != _val(src).device:
+        return None
+    x = I.ev(src, depth)
+    dims = I.bcast(node, [x])
+    dt = node.meta["val"].dtype
+    if x.dtype == dt:
+        return TV(x.value, dims, dt)
+    return _cast(I, node, depth, dt, TV(x.value, dims, x.dtype))
+
+
+# ---- collectives -------------------------------------------------------------------------------
+_c10d = getattr(torch.ops, "_c10d_functional", None)
+ALL_REDUCE = getattr(_c10d, "all_reduce", None)
+WAIT = getattr(_c10d, "wait_tensor", None)
+
+
+def _wait(I, node, depth):
+    """wait_tensor(all_reduce(x, op, group)): x reduced across ranks (op kept, checked by patterns)."""
+    ar = node.args[0]
+    if not (isinstance(ar, fx.Node) and ar.op == "call_function" and packet(ar) is ALL_REDUCE):
+        return None
+    x = I.ev(ar.args[0], depth)
+    if not I.is_float(x) or isinstance(x.value, Const):
+        return None
+    return TV(AllReduce(x.value, str(ar.args[1]).lower(), ar), x.dims, node.meta["val"].dtype)
+
+
+if WAIT is not None and ALL_REDUCE is not None:
+    handles(WAIT)(_wait)
 
 
 # ---- constants and indices -------------------------------------------------------------------
