@@ -120,7 +120,7 @@ class TPIndexer(nn.Module):
         with torch.no_grad():
             m.wq_b.weight.copy_(self.wq_b.weight[rank * hl * d:(rank + 1) * hl * d])
             m.weights_proj.weight.copy_(self.weights_proj.weight[rank * hl:(rank + 1) * hl])
-        return m.to(self.wq_b.weight.dtype)
+        return m.to(device=self.wq_b.weight.device, dtype=self.wq_b.weight.dtype)
 
     def forward(self, x, qr, kv):
         import torch.distributed as dist
