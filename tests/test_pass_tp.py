@@ -5,7 +5,8 @@ and checks, itself: the swap was counted once under its pattern name, the indice
 top-k of the float64 single-device oracle (all heads, no collective), and so are eager's. The
 test then checks every rank returned the same indices (the collective was kept). Near-misses
 (an all_reduce with op max, an op between the collective and the mask) must leave the graph
-byte-for-byte unchanged and compute what eager computes.
+byte-for-byte unchanged and compute what eager computes; the functional collective and a
+logits-only chain are matched too.
 """
 import os
 
@@ -74,6 +75,15 @@ NEAR_MISSES = [  # (name, TPIndexer knobs, phrase the debug report must contain,
 ]
 
 
+def tp_logits(q, kv, weights, ratio=4):
+    """Logits only: partial head sum, all_reduce, ratio mask (no top-k)."""
+    seqlen = q.size(1)
+    score = (torch.einsum("bshd,btd->bsht", q, kv).relu() * weights.unsqueeze(-1)).sum(dim=2)
+    dist.all_reduce(score)
+    hidden = torch.arange(kv.size(1)) >= torch.arange(1, seqlen + 1).unsqueeze(1) // ratio
+    return score.masked_fill(hidden, float("-inf"))
+
+
 def _near_miss_worker(rank, world, tmp):
     os.environ["INDUCTOR_DSA_DEBUG"] = "1"
     _init(rank, world, tmp)
@@ -96,6 +106,14 @@ def _near_miss_worker(rank, world, tmp):
         assert counts == {PATTERN: 1}, counts
         (logits64,) = oracle(toy_call, (full, args))[1]
         check_topk(out, logits64, out.shape[-1], post=True, rel_tol=1e-3)
+        # logits only: the local head sum before the collective is swapped, the rest stays
+        g = torch.Generator().manual_seed(3 + rank)
+        q, kv, w = torch.randn(1, 36, 4, 32, generator=g), torch.randn(1, 9, 32), torch.randn(1, 36, 4, generator=g)
+        dist.broadcast(kv, 0)
+        out, counts = compile_run(tp_logits, (q, kv, w))
+        assert counts == {"indexer_logits": 1}, counts
+        with torch.no_grad():
+            torch.testing.assert_close(out, tp_logits(q, kv, w), rtol=1e-4, atol=1e-4)
     finally:
         dist.destroy_process_group()
 

@@ -4,7 +4,10 @@ Runs as ``torch._inductor.config.joint_custom_pre_pass`` (on inference graphs to
 the decomposed, functional aten graph, before Inductor's own pattern passes.
 
 1. Every ``aten.topk`` is an anchor: if its input provably is the masked indexer logits
-   (``patterns.indexer.read_logits``) the top-k becomes ``inductor_dsa.indexer_topk``.
+   (``patterns.indexer.read_logits``) the top-k becomes ``inductor_dsa.indexer_topk``. If it is
+   the masked ``all_reduce`` sum of this rank's partial logits (tensor-parallel heads), the
+   partial logits become ``inductor_dsa.indexer_logits``, the collective stays, and the top-k
+   becomes ``inductor_dsa.logits_topk``.
 2. Then, downstream of every relu(q.k) that is left, the last node that provably is the
    indexer logits (and does not feed a top-k that was rejected) becomes
    ``inductor_dsa.indexer_logits``.
@@ -199,9 +202,9 @@ def _plan_topk(graph, node) -> Optional[Plan]:
     spec = TopkSpec(k, 0 in uses, 1 in uses)
     kval = k.meta.get("val") if isinstance(k, fx.Node) else k
     used = " and ".join(w for i, w in ((0, "values"), (1, "indices")) if i in uses)
-    note = "the logits are also used elsewhere: they stay computed there" if len(x.users) > 1 else ""
     if form.collective is not None:
         return _plan_topk_tp(graph, node, form, interp, spec, (as_expr(kval), used))
+    note = "the logits are also used elsewhere: they stay computed there" if len(x.users) > 1 else ""
     repl = Replacement(form, interp.A, spec, graph)
     repl.specialize()
     gm = _trace(repl, repl.args())
