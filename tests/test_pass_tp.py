@@ -26,25 +26,28 @@ pytestmark = pytest.mark.skipif(not dist.is_available() or not dist.is_gloo_avai
                                 reason="torch.distributed with gloo is not available")
 
 
-def _init(rank, world, tmp):
-    dist.init_process_group("gloo", init_method=f"file://{os.path.join(tmp, 'store')}",
-                            rank=rank, world_size=world)
+def _init(rank, world, tmp, device="cpu"):
+    if device == "cuda":
+        torch.cuda.set_device(rank)
+    dist.init_process_group("nccl" if device == "cuda" else "gloo",
+                            init_method=f"file://{os.path.join(tmp, 'store')}", rank=rank, world_size=world)
 
 
-def _full(dtype):
+def _full(dtype, device="cpu"):
     torch.manual_seed(0)
-    return TPIndexer().to(dtype)
+    return TPIndexer().to(device=device, dtype=dtype)
 
 
-def _swap_worker(rank, world, tmp, dtype, codegen):
-    _init(rank, world, tmp)
+def _swap_worker(rank, world, tmp, dtype, codegen, device, dynamic):
+    _init(rank, world, tmp, device)
     try:
-        full = _full(dtype)
+        full = _full(dtype, device)
         m = full.shard(world, rank)
-        args = make_tp_inputs(full, dtype, seed=1)
+        args = tuple(a.to(device) for a in make_tp_inputs(full, dtype, seed=1))
         with torch.no_grad():
             eager = m(*args)
-        out, counts = compile_run(m, args, backend=inductor_dsa.backend if codegen else pass_only_backend())
+        out, counts = compile_run(m, args, backend=inductor_dsa.backend if codegen else pass_only_backend(),
+                                  dynamic=dynamic)
         assert counts == {PATTERN: 1}, f"rank {rank}: {counts}"
         swaps = lowering.report().swaps
         assert "all_reduce sum of the partial scores" in swaps[0].region, str(lowering.report())
@@ -53,17 +56,22 @@ def _swap_worker(rank, world, tmp, dtype, codegen):
         for idx in (out, eager):
             assert idx.dtype == torch.int64 and idx.shape == eager.shape
             check_topk(idx, logits64, idx.shape[-1], post=True, rel_tol=tol)
-        torch.save(out, os.path.join(tmp, f"out{rank}.pt"))
+        torch.save(out.cpu(), os.path.join(tmp, f"out{rank}.pt"))
     finally:
         dist.destroy_process_group()
 
 
 # 2 ranks: inductor_dsa.backend (real code generation); 4 ranks: the same Inductor pipeline with
 # the generated code replaced by running the rewritten graph (pass_helpers.pass_only_backend), as
-# 4 full Inductor compilations on a 2-core CI box take minutes.
-@pytest.mark.parametrize("world,dtype,codegen", [(2, torch.bfloat16, True), (4, torch.float32, False)])
-def test_tp_indexer_is_swapped_on_every_rank(world, dtype, codegen, tmp_path):
-    mp.spawn(_swap_worker, args=(world, str(tmp_path), dtype, codegen), nprocs=world)
+# 4 full Inductor compilations on a 2-core CI box take minutes; and dynamic=True (symbolic seqlen).
+# NCCL: one GPU per rank.
+@pytest.mark.parametrize("world,dtype,codegen,device,dynamic", [
+    (2, torch.bfloat16, True, "cpu", None), (4, torch.float32, False, "cpu", True),
+    pytest.param(2, torch.bfloat16, True, "cuda", None, marks=pytest.mark.skipif(
+        torch.cuda.device_count() < 2 or not dist.is_nccl_available(), reason="needs 2 GPUs and NCCL")),
+])
+def test_tp_indexer_is_swapped_on_every_rank(world, dtype, codegen, device, dynamic, tmp_path):
+    mp.spawn(_swap_worker, args=(world, str(tmp_path), dtype, codegen, device, dynamic), nprocs=world)
     outs = [torch.load(tmp_path / f"out{r}.pt") for r in range(world)]
     for o in outs[1:]:
         assert torch.equal(o, outs[0]), "ranks disagree: the scores were not summed across ranks"
