@@ -153,7 +153,7 @@ def test_empty_inputs(gen):
     assert (i == -1).all() and (v == float("-inf")).all()
 
 
-@pytest.mark.parametrize("t,n,topk", [(37, 75, 16), (9, 20, 32), (1, 1, 1), (21, 300, 100)])
+@pytest.mark.parametrize("t,n,topk", [(19, 75, 16), (9, 20, 32), (1, 1, 1), (13, 150, 60)])
 @pytest.mark.parametrize("mask", ["full", "causal", "ratio4", "ragged"])
 def test_logits_topk_matches_oracle(t, n, topk, mask, gen):
     # the select alone, on given fp32 logits (e.g. summed across TP ranks): exactly the oracle
