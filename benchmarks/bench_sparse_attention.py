@@ -1,7 +1,7 @@
 """Benchmark inductor_dsa.sparse_attention against eager torch and torch.compile of the same eager code.
 
     python benchmarks/bench_sparse_attention.py --out sparse_attention.json
-        [--cases prefill,decode] [--no-compile] [--bh 64 --bn 16 --num-warps 8 --num-stages 1 --prefetch 1]
+        [--cases prefill,decode] [--no-compile] [--bh 64 --bn 16 --num-warps 8 --num-stages 1 --gather 1]
 
 Cases (bf16, D = 512, one KV head, sink on; indices = 128 window slots + top-k compressed slots):
   prefill  B=1, M=4096, H=64, topk 512+128; kv = 4096 raw rows + 1024 compressed (ratio 4),
@@ -101,7 +101,7 @@ def run_case(name, q, kv, idx, sink, compiled, results):
     h = q.shape[2]
     flops = 4.0 * h * D * (idx >= 0).sum().item()
     m = q.shape[1]
-    rows = sorted({0, 1, m // 2, m - 1} | set(range(0, m, max(1, m // 16))))
+    rows = sorted({0, 1, m // 2, m - 1, *range(0, m, max(1, m // 16))} & set(range(m)))  # M may be 1
     impls = {
         "inductor_dsa": lambda: inductor_dsa.sparse_attention(q, kv, idx, sink=sink, scale=scale, check_indices=False),
         "eager": lambda: eager_sparse_attention(q, kv, idx, sink, scale),
@@ -134,15 +134,13 @@ def main() -> None:
     ap.add_argument("--bn", type=int)
     ap.add_argument("--num-warps", type=int)
     ap.add_argument("--num-stages", type=int)
-    ap.add_argument("--prefetch", type=int, choices=(0, 1))
+    ap.add_argument("--gather", type=int, choices=(0, 1, 2))
     ap.add_argument("--max-splits", type=int)
     a = ap.parse_args()
     dev = torch.device("cuda")
     target = configs.target_for(dev)
-    over = {k: getattr(a, k) for k in ("bh", "bn", "num_warps", "num_stages", "prefetch", "max_splits")
+    over = {k: getattr(a, k) for k in ("bh", "bn", "num_warps", "num_stages", "gather", "max_splits")
             if getattr(a, k) is not None}
-    if "prefetch" in over:
-        over["prefetch"] = bool(over["prefetch"])
     cfg = dataclasses.replace(configs.SPARSE_ATTENTION[target], **over)
     configs.SPARSE_ATTENTION[target] = cfg
     print(f"{torch.cuda.get_device_name(dev)}  torch {torch.__version__}  triton {triton.__version__}  "

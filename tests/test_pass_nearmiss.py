@@ -1,5 +1,6 @@
 """Near-misses: subgraphs that look like the indexer but compute something else.
 
+Indexer near-misses (pass_corpus.py) and sparse-attention ones (attention_corpus.py).
 Each must come out of the pass byte-for-byte unchanged (the FX graph's code before and
 after our pass is compared), with no swap counted, and compute what eager computes.
 With INDUCTOR_DSA_DEBUG=1 the report must say why the candidate was rejected.
@@ -7,13 +8,17 @@ With INDUCTOR_DSA_DEBUG=1 the report must say why the candidate was rejected.
 import pytest
 import torch
 
+from attention_corpus import ATTENTION_NEAR_MISSES
 from pass_corpus import NEAR_MISSES
 from pass_helpers import SnapshotPass, compile_run, first_tensor_outputs, pass_only_backend
 
 from inductor_dsa import lowering
 
 
-@pytest.mark.parametrize("case", NEAR_MISSES, ids=[c.name for c in NEAR_MISSES])
+ALL = NEAR_MISSES + ATTENTION_NEAR_MISSES
+
+
+@pytest.mark.parametrize("case", ALL, ids=[c.name for c in ALL])
 def test_near_miss_is_left_untouched(case, monkeypatch):
     monkeypatch.setenv("INDUCTOR_DSA_DEBUG", "1")
     args = case.make(torch.float32, 0)

@@ -7,6 +7,7 @@ same on torch 2.11-2.15. Regenerate with EXPECTTEST_ACCEPT=1.
 import expecttest
 import torch
 
+from attention_corpus import ATTENTION_CASES
 from inductor_dsa import lowering
 from pass_corpus import (deepgemm_ref_logits, make_official, make_ranges, matmul_triu, official_fn,
                          tokenspeed_style, _qkw)
@@ -76,6 +77,30 @@ indexer_topk  rows (r0=24) heads (h0=4) head_dim (d0=32) keys (j0=20)
   fill    -inf (added)
   out     [r0, k] float32
   top-k   k=4 -> indices; empty slots get masked columns""")
+
+    def test_attention_cat_sink_module(self):
+        (case,) = [c for c in ATTENTION_CASES if c.name == "module_cat_sink"]
+        self.assertExpectedInline(region(case.fn, case.make(torch.bfloat16, 0)), """\
+sparse_attention  batch (b0=2) rows (r0=3) heads (h0=8) head_dim (d0=32) keys (j0=7) kv_rows (n0=13)
+  q       [b0, r0, h0, d0] bfloat16 -> [batch, rows, heads, head_dim]
+  kv      [b0, n0, d0] bfloat16 -> [batch, kv_rows, head_dim], K = V
+  indices [b0, r0, j0] int64 -> [batch, rows, keys], -1 = empty
+  sink    [h0] float32 -> [heads] float32
+  scale   0.176777
+  empty   zeros (the sink is in the shift, as in eager)
+  out     [b0, r0, h0, d0] bfloat16 (op in bfloat16)""")
+
+    def test_attention_bf16_sink_outside_the_shift(self):
+        (case,) = [c for c in ATTENTION_CASES if c.name == "shift_without_sink"]
+        self.assertExpectedInline(region(case.fn, case.make(torch.bfloat16, 0)), """\
+sparse_attention  batch (b0=2) rows (r0=3) heads (h0=8) head_dim (d0=32) keys (j0=7) kv_rows (n0=13)
+  q       [b0, r0, h0, d0] bfloat16 -> [batch, rows, heads, head_dim]
+  kv      [b0, n0, d0] bfloat16 -> [batch, kv_rows, head_dim], K = V
+  indices [b0, r0, j0] int64 -> [batch, rows, keys], -1 = empty
+  sink    [h0, 1] bfloat16 -> [heads] float32
+  scale   0.176777
+  empty   NaN (eager divides 0 by 0; restored where the op's lse is -inf)
+  out     [b0, r0, h0, d0] bfloat16 (op in bfloat16)""")
 
 
 if __name__ == "__main__":

@@ -144,9 +144,10 @@ def test_split_heuristic(monkeypatch):
     assert launch.sparse_attention_splits(cuda, cfg, 64, 2 * 2 * cfg.bn - 1) == 1  # >= 2 tiles per split
 
 
-def test_without_prefetch(monkeypatch):
+@pytest.mark.parametrize("gather", [0, 1, 2])
+def test_gather_modes(monkeypatch, gather):
     key = configs.target_for(torch.device(DEVICE))
-    cfg = dataclasses.replace(configs.SPARSE_ATTENTION[key], prefetch=not configs.SPARSE_ATTENTION[key].prefetch)
+    cfg = dataclasses.replace(configs.SPARSE_ATTENTION[key], gather=gather)
     monkeypatch.setitem(configs.SPARSE_ATTENTION, key, cfg)
     q, kv, idx, s = make(1, 2, 8, 32, 40, 45, seed=19)
     out, lse = inductor_dsa.sparse_attention(q, kv, idx, sink=s, return_lse=True)

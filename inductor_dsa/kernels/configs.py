@@ -35,6 +35,20 @@ INDEXER_LOGITS = {
     "interpreter": IndexerConfig(rows=32, bn=32, num_warps=4, num_stages=1),
 }
 
+# MXFP4 keys are decoded in registers: with 2 warpgroups each decodes the whole key tile (wgmma
+# splits the query columns between them), so sm90 uses one warpgroup, 128 query rows.
+# H200 (torch 2.11, triton 3.6), bf16 q + MXFP4 k, causal T=K=4096: 220 -> 254 TFLOP/s.
+INDEXER_LOGITS_MXFP4K = {
+    "sm90": IndexerConfig(rows=128, bn=64, num_warps=4, num_stages=3),
+}
+
+
+def logits_config(target: str, mxfp4_k: bool) -> IndexerConfig:
+    """The score-tile config of a target, for MXFP4 or other keys."""
+    if mxfp4_k and target in INDEXER_LOGITS_MXFP4K:
+        return INDEXER_LOGITS_MXFP4K[target]
+    return INDEXER_LOGITS[target]
+
 
 @dataclass(frozen=True)
 class SelectConfig:
@@ -93,17 +107,19 @@ class SparseAttentionConfig:
     bn: int            # index slots (gathered KV rows) per tile
     num_warps: int
     num_stages: int
-    prefetch: bool = True  # gather tile i+1 into registers during tile i's MMAs (see the kernel)
+    gather: int = 1    # 0 sync, 1 tile i+1 prefetched into registers, 2 loop-carried indices (see _attend)
     max_splits: int = 4  # split-KV programs per (query, head block) when the grid is too small
     extra: dict = field(default_factory=dict)  # backend-specific knobs
 
 
 # sm90: acc [64, 512] fp32 = 128 regs/thread over 8 warps (wgmma N split across the two warpgroups);
-#   BN = 16 leaves room for the prefetched next tile in registers (BN = 32 spills; checked with ptxas).
+#   BN = 64 tiles with loop-carried indices, staged by the pipeliner (2 stages: Q + 2 KV tiles = 192 KiB
+#   of shared memory, 255 regs, 0 spills). H200 sweep (torch 2.11, triton 3.6): prefill M=4096 H=64
+#   top-640 1.40 ms vs 2.92 ms for BN = 16 with the register prefetch (GATHER=1), the old config.
 # gfx942: 4 waves with up to 512 VGPR+AGPR each; LDS (64 KiB) stages Q once, then KV tiles.
 # Both: 0 spills, see python -m inductor_dsa.aot. Untimed on MI300; H200 timings come from the lead.
 SPARSE_ATTENTION = {
-    "sm90": SparseAttentionConfig(bh=64, bn=16, num_warps=8, num_stages=1),
+    "sm90": SparseAttentionConfig(bh=64, bn=64, num_warps=8, num_stages=2, gather=2),
     "gfx942": SparseAttentionConfig(bh=64, bn=32, num_warps=4, num_stages=1,
                                     extra={"matrix_instr_nonkdim": 16, "waves_per_eu": 1}),
     "cuda": SparseAttentionConfig(bh=64, bn=16, num_warps=8, num_stages=1),
@@ -112,9 +128,13 @@ SPARSE_ATTENTION = {
 
 
 # --- paged (decode) indexer, kernels/paged_indexer.py ----------------------------------------
-# Scores: 8 warps, 64-row blocks (one page), up to 256 query rows (N=4 tokens x 64 heads) resident:
-# the only shape found with no spill on both targets for N = 1..4 (AOT: sm90 N=4 at 4 warps
-# spilled 176-258 B; gfx942 N=1 at 4 warps 140 VGPRs, at 8 warps 116). Select/merge: 4 warps.
+# Scores: 64-row blocks (one page). gfx942: 8 warps, up to 256 query rows (N=4 tokens x 64 heads)
+# resident (N=1 at 4 warps: 140 VGPRs, at 8 warps 116). sm90: 4 warps (one warpgroup), 128 query
+# rows (N=4 runs as 2 token groups): with 2 warpgroups wgmma splits the query columns between them
+# and BOTH decode the whole MXFP4 key tile (SASS: 64 I2FP per thread x 256 threads for 8192 codes);
+# the score loop is issue-bound (ncu: 231 M instructions for B=64, L=32768), so one warpgroup at
+# 4 CTAs/SM halves it: H200, torch 2.11 + triton 3.6, B=64 L=32768 N=1 logits 449 -> 229 us,
+# top-512 596 -> 443 us. Select/merge: 4 warps.
 
 @dataclass(frozen=True)
 class PagedConfig:
@@ -132,7 +152,7 @@ class PagedConfig:
 
 
 PAGED = {
-    "sm90": PagedConfig(bn=64, rows=256, num_warps=8, num_stages=2, progs_per_sm=2,
+    "sm90": PagedConfig(bn=64, rows=128, num_warps=4, num_stages=2, progs_per_sm=4,
                         chunk_min=1024, chunk_max=8192, ch=512, logits_rows=1024),
     "gfx942": PagedConfig(bn=64, rows=256, num_warps=8, num_stages=2, progs_per_sm=2,
                           chunk_min=1024, chunk_max=8192, ch=512, logits_rows=1024,

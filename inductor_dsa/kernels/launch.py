@@ -67,7 +67,7 @@ def _plan(q, q_scale, k, k_scale, weights, target: str):
 
 def _logits_into(out, row0, rows, t, n, h, plan, k_start, k_end, target, fill):
     """Launch logits_kernel for tokens row0 .. min(t, row0 + rows) - 1 into out[t - row0]."""
-    cfg = configs.INDEXER_LOGITS[target]
+    cfg = configs.logits_config(target, bool(plan["K_FMT"] == FMT_MXFP4))
     bt = cfg.tokens(plan["HP"])
     logits_kernel[(triton.cdiv(rows, bt),)](
         k_start=k_start, k_end=k_end, out=out, T=min(t, row0 + rows), K=n, H=h, row0=row0,
@@ -146,8 +146,8 @@ def _v4_strides(fmt: str, t: int, n: int, h: int, d: int) -> dict:
 def aot_variants(target: str, head_dim: int = 128, heads: int = 64, tokens: int = 4096):
     """(name, kernel, signature, constexprs, options, example ints) of every shipped config."""
     hp = triton.next_power_of_2(heads)
-    cfg = configs.INDEXER_LOGITS[target]
     for fmt, (qp, qxp, kp, kxp, qf, kf, scaled, fp8) in _AOT_FORMATS.items():
+        cfg = configs.logits_config(target, bool(kf == FMT_MXFP4))
         if fp8:
             qp = qxp = kp = _FP8_PTR[target]
         pointers = dict(q=qp, qx=qxp, k=kp, kx=kxp, w="*bf16", k_start="*i32", k_end="*i32", out="*fp32")
@@ -224,7 +224,7 @@ def sparse_attention(q, kv, indices, sink, scale: float, splits: int | None = No
     sparse_attention_kernel[grid_qh + (splits,)](
         q, kv, indices, sink_t, out, lse, ws, m, kv.shape[1], h, topk, scale * LOG2E,
         *q.stride(), *kv.stride(), *indices.stride(), *out.stride()[:3], *lse.stride()[:2],
-        HAS_SINK=has_sink, SPLITS=splits, DOT_DTYPE=dot, D=d, BH=bh, BN=cfg.bn, PREFETCH=cfg.prefetch, **opts)
+        HAS_SINK=has_sink, SPLITS=splits, DOT_DTYPE=dot, D=d, BH=bh, BN=cfg.bn, GATHER=cfg.gather, **opts)
     if splits > 1:
         dc = min(d, 64)
         combine_kernel[grid_qh + (d // dc,)](ws, sink_t, out, lse, m, h, *out.stride()[:3], *lse.stride()[:2],
@@ -243,7 +243,7 @@ def sparse_attention_aot_variants(target: str, b=64, m=1, h=64, d=512, n=8320, t
     opts = configs.launch_options(cfg, target)
     for splits in (1, 2):
         consts = dict(HAS_SINK=True, SPLITS=splits, DOT_DTYPE=tl.bfloat16, D=d, BH=bh, BN=cfg.bn,
-                      PREFETCH=cfg.prefetch)
+                      GATHER=cfg.gather)
         sig = {a: ("constexpr" if a in consts else pointers.get(a, "i32")) for a in sparse_attention_kernel.arg_names}
         yield f"sparse_attention[splits={splits}] D={d} H={h}", sparse_attention_kernel, sig, consts, opts, ints
     consts = dict(HAS_SINK=True, SPLITS=2, D=d, BH=bh, DC=min(d, 64))

@@ -18,9 +18,8 @@ and l rescaled by 2^(mx - mx_f), l += 2^(sink * log2 e - mx_f). A query with no 
 has acc = 0 and l = 0 (no sink) or l > 0 (sink): out is 0 either way, never NaN.
 
 Gather: Triton's pipeliner does not stage a load whose address comes from another load in
-the same iteration, so with ``PREFETCH`` the loop is pipelined by hand (KV rows of tile i+1
-and indices of tile i+2 are in flight while tile i is multiplied); without it the gather
-is synchronous. D is not chunked: Q and the KV tile go through shared memory / LDS and the
+the same iteration; ``GATHER`` picks how the loop overlaps the gather with the MMAs (see
+``_attend``). D is not chunked: Q and the KV tile go through shared memory / LDS and the
 [BH, D] accumulator is split across warps by the MMA layout (no spills, see configs.py).
 
 Split-KV (``SPLITS`` > 1, for launches with too few programs to fill the GPU): program
@@ -75,24 +74,32 @@ def _step(q, kt, ok, acc, mx, l, qk_scale, BH: tl.constexpr, BN: tl.constexpr, D
 @triton.jit
 def _attend(q, kv, idx, i_off, kv_off, lo, hi, N, qk_scale, skv_n, skv_d, si_k,
             BH: tl.constexpr, BN: tl.constexpr, D: tl.constexpr, DOT_DTYPE: tl.constexpr,
-            PREFETCH: tl.constexpr):
+            GATHER: tl.constexpr):
     """Online softmax of Q [BH, D] over index slots lo .. hi-1: (acc [BH, D], row max, row sum), log2 units.
 
-    PREFETCH: software pipelining by hand (Triton's pipeliner does not stage a load whose
-    address comes from another load of the same iteration, so the gather is otherwise
-    synchronous): while tile i is multiplied, the KV rows of tile i+1 (registers) and the
-    indices of tile i+2 are in flight. Costs BN * D / threads registers.
+    GATHER picks how the indirect KV load overlaps the MMAs (Triton's pipeliner does not
+    stage a load whose address comes from another load of the same iteration):
+    0 synchronous; 1 by hand: while tile i is multiplied, the KV rows of tile i+1
+    (registers, BN * D / threads of them) and the indices of tile i+2 are in flight;
+    2 the indices of tile i+1 are loaded during tile i, so the KV load's address is
+    loop-carried and the pipeliner (num_stages > 1) can stage it through shared memory.
     """
     mx = tl.full((BH,), float("-inf"), tl.float32)
     l = tl.zeros((BH,), tl.float32)
     acc = tl.zeros((BH, D), tl.float32)
-    if PREFETCH:
+    if GATHER == 1:
         kt_n, ok_n = _gather(kv, _indices(idx, i_off, lo, hi, si_k, BN), kv_off, N, skv_n, skv_d, D)
         j_nn = _indices(idx, i_off, lo + BN, hi, si_k, BN)
         for k0 in range(lo, hi, BN):
             kt, ok = kt_n, ok_n
             kt_n, ok_n = _gather(kv, j_nn, kv_off, N, skv_n, skv_d, D)
             j_nn = _indices(idx, i_off, k0 + 2 * BN, hi, si_k, BN)
+            acc, mx, l = _step(q, kt, ok, acc, mx, l, qk_scale, BH, BN, DOT_DTYPE)
+    elif GATHER == 2:
+        j = _indices(idx, i_off, lo, hi, si_k, BN)
+        for k0 in range(lo, hi, BN):
+            kt, ok = _gather(kv, j, kv_off, N, skv_n, skv_d, D)
+            j = _indices(idx, i_off, k0 + BN, hi, si_k, BN)
             acc, mx, l = _step(q, kt, ok, acc, mx, l, qk_scale, BH, BN, DOT_DTYPE)
     else:
         for k0 in range(lo, hi, BN):
@@ -121,7 +128,7 @@ def sparse_attention_kernel(q, kv, idx, sink, out, lse, ws, M, N, H, TOPK, qk_sc
                             sq_b, sq_m, sq_h, sq_d, skv_b, skv_n, skv_d, si_b, si_m, si_k,
                             so_b, so_m, so_h, sl_b, sl_m,
                             HAS_SINK: tl.constexpr, SPLITS: tl.constexpr, DOT_DTYPE: tl.constexpr,
-                            D: tl.constexpr, BH: tl.constexpr, BN: tl.constexpr, PREFETCH: tl.constexpr):
+                            D: tl.constexpr, BH: tl.constexpr, BN: tl.constexpr, GATHER: tl.constexpr):
     """Grid (B * M, cdiv(H, BH), SPLITS). SPLITS == 1 writes out / lse; else fp32 partials to ws.
 
     ws layout (SPLITS > 1): [B*M, SPLITS, H, D + 4] fp32: acc / l (D), row max (log2), l, 2 pad (16-byte rows).
@@ -140,7 +147,7 @@ def sparse_attention_kernel(q, kv, idx, sink, out, lse, ws, M, N, H, TOPK, qk_sc
     lo = sp * per
     hi = tl.minimum(lo + per, TOPK)
     acc, mx, l = _attend(qt, kv, idx, b * si_b + m * si_m, b * skv_b, lo, hi, N, qk_scale,
-                         skv_n, skv_d, si_k, BH, BN, D, DOT_DTYPE, PREFETCH)
+                         skv_n, skv_d, si_k, BH, BN, D, DOT_DTYPE, GATHER)
     if SPLITS == 1:
         o, ls = _finish(acc, mx, l, sink, heads, hm, HAS_SINK)
         o_ptr = out + b * so_b + m * so_m + heads.to(tl.int64)[:, None] * so_h + dd[None, :]

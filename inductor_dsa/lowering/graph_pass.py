@@ -11,6 +11,10 @@ the decomposed, functional aten graph, before Inductor's own pattern passes.
 2. Then, downstream of every relu(q.k) that is left, the last node that provably is the
    indexer logits (and does not feed a top-k that was rejected) becomes
    ``inductor_dsa.indexer_logits``.
+3. Every bmm/mm with a gather (advanced indexing, gather, index_select) a few nodes upstream
+   is a candidate output of sparse attention (``patterns.attention.read_attention``); the
+   output, extended through the shape ops and casts that follow it, becomes
+   ``inductor_dsa.sparse_attention``.
 Everything else is left exactly as it was.
 """
 from __future__ import annotations
@@ -29,16 +33,21 @@ import torch.fx as fx
 from torch._inductor.custom_graph_pass import CustomGraphPass
 
 from ..patterns.algebra import Reject, as_expr
+from ..patterns.attention import NotCandidate, read_attention
+from ..patterns.attention import render as render_attention
 from ..patterns.indexer import IndexerForm, Term, read_logits, render
-from ..patterns.interp import HANDLERS, Interpreter, packet
+from ..patterns.interp import HANDLERS, SHAPE_OPS, Interpreter, packet
 from . import report
+from .attention import AttentionReplacement, op_dtype
 from .replace import Replacement, TopkSpec
 
 aten = torch.ops.aten
 PATTERN_TOPK = "indexer_topk"
 PATTERN_LOGITS = "indexer_logits"
 PATTERN_TP_TOPK = "indexer_topk_all_reduce"
+PATTERN_ATTENTION = "sparse_attention"
 _CONTRACTIONS = (aten.bmm, aten.mm)
+_GATHERS = (aten.index, aten.gather, aten.index_select)
 _SEARCH = 48  # nodes walked when looking for a product near an anchor
 
 
@@ -101,15 +110,15 @@ def _is_relu(node) -> bool:
     return False
 
 
-def _upstream_has_product(node, limit=_SEARCH) -> bool:
-    """Breadth-first: is there a bmm/mm among the nearest ``limit`` tensor ancestors?"""
+def _upstream_has_product(node, limit=_SEARCH, ops=_CONTRACTIONS) -> bool:
+    """Breadth-first: is there one of ``ops`` (bmm/mm) among the nearest ``limit`` tensor ancestors?"""
     seen, todo = set(), [node]
     while todo and len(seen) < limit:
         x = todo.pop(0)
         if x in seen:
             continue
         seen.add(x)
-        if _is(x, *_CONTRACTIONS):
+        if _is(x, *ops):
             return True
         todo += [i for i in x.all_input_nodes if isinstance(i.meta.get("val"), torch.Tensor)]
     return False
@@ -265,12 +274,37 @@ def _plan_logits(graph, node) -> Plan:
     return Plan(node, gm, repl.args(), swap)
 
 
+def _output_chain_end(node):
+    """The last node of the single-user chain of layout ops and casts after ``node`` (slices,
+    expands and repeats stay with the user: they change which values exist)."""
+    while len(node.users) == 1:
+        (u,) = node.users
+        if (u.op != "call_function" or packet(u) not in SHAPE_OPS or u.args[0] is not node
+                or packet(u) in (aten.slice, aten.expand, aten.repeat)):
+            break
+        node = u
+    return node
+
+
+def _plan_attention(graph, node) -> Plan:
+    interp = Interpreter(graph, max_depth=24)
+    anchor = _output_chain_end(node)
+    tv = interp.ev(anchor)
+    form = read_attention(tv, interp)
+    repl = AttentionReplacement(form, interp.A, graph)
+    repl.specialize()
+    gm = _trace(repl, repl.args())
+    swap = report.Swap(PATTERN_ATTENTION, "torch.ops.inductor_dsa.sparse_attention", _stack(node),
+                       render_attention(form, interp.A, op_dtype(form)))
+    return Plan(anchor, gm, repl.args(), swap)
+
+
 def _apply(graph, plan: Plan) -> None:
     if plan.pre is not None:
         _apply(graph, plan.pre)
     node = plan.anchor
     outs = _splice(graph, node, plan.gm, plan.args)
-    if isinstance(outs, (tuple, list)):  # a top-k: (values, indices) replace the getitems
+    if _is(node, aten.topk):  # (values, indices) replace the getitems
         outs = list(outs)
         for u in list(node.users):
             u.replace_all_uses_with(outs[u.args[1]])
@@ -289,6 +323,8 @@ def _try(planner, graph, node):
     """(plan or None, reason or None). Errors in analysis never reach the user's compile."""
     try:
         return planner(graph, node), None
+    except NotCandidate:
+        return None, None
     except Reject as e:
         return None, str(e)
     except Exception as e:  # noqa: BLE001 - a bug in a matcher must not break compilation
@@ -341,7 +377,18 @@ def run(graph: fx.Graph) -> int:
             swaps += 1
         else:
             reasons[node] = why
-    # 3. debug: relu(q.k) that is still there
+    # 3. sparse attention: outputs P @ gathered rows, last first
+    for node in reversed(list(graph.nodes)):
+        if node._erased or not _is(node, *_CONTRACTIONS) or not _upstream_has_product(node, 16, _GATHERS):
+            continue
+        plan, why = _try(_plan_attention, graph, node)
+        if plan is not None:
+            _apply(graph, plan)
+            report.record_swap(comp, plan.swap)
+            swaps += 1
+        elif why is not None:
+            report.record_rejection(comp, report.Rejection(node.name, _stack(node), why))
+    # 4. debug: relu(q.k) that is still there
     if report.debug_enabled():
         for s in seeds:
             if s._erased:

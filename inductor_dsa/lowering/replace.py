@@ -138,6 +138,26 @@ def arrange(x, dims, groups, size):
     return x.reshape([_prod(size(a) for a in g) for g in groups])
 
 
+def sizer(A: Atoms, tensors, syms):
+    """(symbol -> SymInt env, size(atom)) for a replacement traced on ``tensors`` and ``syms``."""
+    env = {}
+    for s in [z for t in tensors for z in t.shape] + list(syms):
+        if isinstance(s, torch.SymInt) and isinstance(s.node.expr, sympy.Symbol):
+            env.setdefault(s.node.expr, s)
+    cache = {}
+
+    def size(a):
+        if a not in cache:
+            cache[a] = Emit(env, {}, {}, A.shapes.simplify)(A.size(a))
+        return cache[a]
+    return env, size
+
+
+def graph_syms(graph: fx.Graph) -> list:
+    """The graph's SymInt placeholders (sizes a replacement may need)."""
+    return [n for n in graph.nodes if n.op == "placeholder" and isinstance(n.meta.get("val"), torch.SymInt)]
+
+
 # ---- the replacement --------------------------------------------------------------------------
 class Replacement:
     """The op call for ``form``: its logits, or its top-k (``topk``). With ``scores`` (a tensor
@@ -150,8 +170,7 @@ class Replacement:
         f = form
         operands = [scores] if scores is not None else [f.q, f.k] + list(f.weights)
         self.tensors = operands + [Term(n, atoms.flat_dims(d), None) for _, n, d in f.mask_leaves]
-        self.sym_nodes = [n for n in graph.nodes
-                          if n.op == "placeholder" and isinstance(n.meta.get("val"), torch.SymInt)]
+        self.sym_nodes = graph_syms(graph)
         if topk is not None and isinstance(topk.k, fx.Node) and topk.k not in self.sym_nodes:
             self.sym_nodes.append(topk.k)
         for t in self.tensors:
@@ -178,21 +197,7 @@ class Replacement:
         f, A = self.f, self.A
         nt = len(self.tensors)
         tens, syms = args[:nt], args[nt:]
-        env = {}
-        for t in tens:
-            for s in t.shape:
-                if isinstance(s, torch.SymInt) and isinstance(s.node.expr, sympy.Symbol):
-                    env.setdefault(s.node.expr, s)
-        for s in syms:
-            if isinstance(s, torch.SymInt) and isinstance(s.node.expr, sympy.Symbol):
-                env.setdefault(s.node.expr, s)
-        size_cache = {}
-
-        def size(a):
-            if a not in size_cache:
-                size_cache[a] = Emit(env, {}, {}, A.shapes.simplify)(A.size(a))
-            return size_cache[a]
-
+        env, size = sizer(A, tens, syms)
         self._size = size
         self._k = self.topk.k if self.topk is not None else None
         if isinstance(self._k, fx.Node):

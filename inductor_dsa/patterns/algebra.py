@@ -7,7 +7,8 @@ pair where the split falls inside it; broadcasting two operands identifies (unif
 atoms that share a position. Size-1 dims carry the empty tuple.
 
 Values are small immutable trees (``Leaf``, ``Const``, ``Relu``, ``Cast``, ``Mul``,
-``Sum``, ``Contract``, ``Add``, ``Where``, ``AllReduce``, ``Index``) whose free atoms are derived at the
+``Sum``, ``Contract``, ``Add``, ``Where``, ``AllReduce``, ``Index``; for attention also ``Gather``,
+``Exp``, ``Recip``, ``Max``, ``Maximum``, ``Cat``, ``Slice``) whose free atoms are derived at the
 end, once all unifications are known. Reading a node as a ``Leaf`` is always exact, so
 giving up on an op never changes meaning: it only stops a match.
 """
@@ -346,14 +347,83 @@ class Index(Value):
     leaves: tuple = ()  # (function symbol, node, dims) of opaque integer tensors used
 
 
+@dataclass(eq=False)
+class Gather(Value):
+    """src[..., index, ...]: ``index`` (an integer ``Index`` over the result's atoms) picks
+    along src dim ``axis``; every other src dim is shared with the result (same atoms)."""
+    src: Value
+    src_dims: tuple
+    axis: int
+    index: Index
+
+
+@dataclass(eq=False)
+class Exp(Value):
+    x: Value
+
+
+@dataclass(eq=False)
+class Recip(Value):
+    """1 / x."""
+    x: Value
+
+
+@dataclass(eq=False)
+class Max(Value):
+    """max over ``atoms`` of x (a reduction)."""
+    x: Value
+    atoms: tuple
+
+
+@dataclass(eq=False)
+class Maximum(Value):
+    """Elementwise max(a, b) of floats."""
+    a: Value
+    b: Value
+
+
+@dataclass(eq=False)
+class Cat(Value):
+    """Concatenation along a fresh atom ``atom``: part i covers positions
+    [sum(sizes[:i]), sum(sizes[:i+1])) and is indexed there by its own ``part_atoms[i]``."""
+    parts: tuple
+    part_atoms: tuple
+    sizes: tuple
+    atom: int
+
+
+@dataclass(eq=False)
+class Slice(Value):
+    """x restricted to ``start <= atom_in < stop``, re-indexed by ``atom_out`` = atom_in - start."""
+    x: Value
+    atom_in: int
+    atom_out: int
+    start: object
+    stop: object
+
+
 def deps(v: Value, atoms: Atoms) -> frozenset:
     """Root atoms a value depends on."""
     if isinstance(v, Leaf):
         return frozenset(x for d in v.dims for x in atoms.flat_dim(d))
     if isinstance(v, Const):
         return frozenset()
-    if isinstance(v, (Relu, Cast, AllReduce)):
+    if isinstance(v, (Relu, Cast, Exp, Recip, AllReduce)):
         return deps(v.x, atoms)
+    if isinstance(v, Max):
+        return deps(v.x, atoms) - frozenset(atoms.flat_dim(v.atoms))
+    if isinstance(v, Maximum):
+        return deps(v.a, atoms) | deps(v.b, atoms)
+    if isinstance(v, Gather):
+        kept = deps(v.src, atoms) - frozenset(atoms.flat_dim(v.src_dims[v.axis]))
+        return kept | deps(v.index, atoms)
+    if isinstance(v, Cat):
+        out = set(atoms.flat(v.atom))
+        for p, pa in zip(v.parts, v.part_atoms):
+            out |= deps(p, atoms) - frozenset(atoms.flat_dim(pa))
+        return frozenset(out)
+    if isinstance(v, Slice):
+        return (deps(v.x, atoms) - frozenset(atoms.flat(v.atom_in))) | frozenset(atoms.flat(v.atom_out))
     if isinstance(v, Mul):
         return frozenset().union(*[deps(f, atoms) for f in v.factors])
     if isinstance(v, Sum):

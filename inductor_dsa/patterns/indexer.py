@@ -162,6 +162,8 @@ def _split_consts(fs, what):
 
 def _term(v: Value, I: Interpreter) -> Term:
     node = v.origin
+    if node is None:
+        raise Reject("an operand is computed inside the product (not a tensor of the graph)")
     return Term(node, I.A.flat_dims(v.origin_dims), node.meta["val"].dtype)
 
 
@@ -353,40 +355,52 @@ def _attach_mask(I, form: IndexerForm, conds, fills, additive):
     form.mask_leaves = leaves
 
 
+class RegionNames:
+    """Role names for atoms (``prefix``+i, in order) and S0, S1, ... for size symbols: the
+    normalised text of a rewritten region, free of node names and generated code."""
+
+    def __init__(self, A, roles):
+        self.A, self.names, self.size_syms, self.tensors = A, {}, {}, {}
+        for prefix, atoms in roles:
+            for i, a in enumerate(atoms):
+                self.names[A.find(a)] = f"{prefix}{i}"
+
+    def expr(self, e) -> str:
+        A = self.A
+        e = A.resolve(sympy.sympify(e))
+        subs = {}
+        for s in sorted(e.free_symbols, key=lambda s: s.name):
+            if s.name.startswith("_i"):
+                subs[s] = sympy.Symbol(self.names.get(A.find(int(s.name[2:])), "_"))
+            else:
+                subs[s] = self.size_syms.setdefault(s, sympy.Symbol(f"S{len(self.size_syms)}"))
+        out = e.xreplace(subs)
+        for f in sorted({f.func for f in out.atoms(sympy.core.function.AppliedUndef)}, key=str):
+            out = out.replace(f, self.tensors.setdefault(f, sympy.Function(f"tensor{len(self.tensors)}")))
+        return str(out)
+
+    def dims(self, ds) -> str:
+        A = self.A
+        return "[" + ", ".join("*".join(self.names.get(A.find(a), "_") for a in d) or "1" for d in ds) + "]"
+
+    def atoms(self, xs) -> str:
+        return "(" + ", ".join(f"{self.names[self.A.find(a)]}={self.expr(self.A.size(a))}" for a in xs) + ")"
+
+
+def dtype_name(t) -> str:
+    return str(t).replace("torch.", "")
+
+
 def render(form: IndexerForm, A, op: str, topk=None) -> str:
     """The rewritten region as normalised text: index roles, operand layouts, ranges.
 
     Independent of node names and of Inductor's code generation, so it reads the same on
     every supported torch; size symbols are renamed S0, S1, ... in order of appearance.
     """
-    names = {}
-    for prefix, atoms in (("b", form.batch), ("r", [a for a in form.rows if a not in form.batch]),
-                          ("h", form.heads), ("d", form.contract), ("j", form.keys)):
-        for i, a in enumerate(atoms):
-            names[A.find(a)] = f"{prefix}{i}"
-    size_syms: dict = {}
-    tensors: dict = {}  # integer tensors the ranges read, in order of appearance
-
-    def expr(e) -> str:
-        e = A.resolve(sympy.sympify(e))
-        subs = {}
-        for s in sorted(e.free_symbols, key=lambda s: s.name):
-            if s.name.startswith("_i"):
-                subs[s] = sympy.Symbol(names.get(A.find(int(s.name[2:])), "_"))
-            else:
-                subs[s] = size_syms.setdefault(s, sympy.Symbol(f"S{len(size_syms)}"))
-        out = e.xreplace(subs)
-        for f in sorted({f.func for f in out.atoms(sympy.core.function.AppliedUndef)}, key=str):
-            out = out.replace(f, tensors.setdefault(f, sympy.Function(f"tensor{len(tensors)}")))
-        return str(out)
-
-    def dims(ds) -> str:
-        return "[" + ", ".join("*".join(names.get(A.find(a), "_") for a in d) or "1" for d in ds) + "]"
-
-    def atoms(xs) -> str:
-        return "(" + ", ".join(f"{names[A.find(a)]}={expr(A.size(a))}" for a in xs) + ")"
-
-    dt = lambda t: str(t).replace("torch.", "")  # noqa: E731
+    N = RegionNames(A, (("b", form.batch), ("r", [a for a in form.rows if a not in form.batch]),
+                        ("h", form.heads), ("d", form.contract), ("j", form.keys)))
+    expr, dims, atoms, dt = N.expr, N.dims, N.atoms, dtype_name
+    names = N.names
     lines = [f"{op}  rows {atoms(form.rows)} heads {atoms(form.heads)} "
              f"head_dim {atoms(form.contract)} keys {atoms(form.keys)}",
              f"  q       {dims(form.q.dims)} {dt(form.q.dtype)} -> [rows, heads, head_dim]",

@@ -8,6 +8,7 @@ docs/patterns.md.
 from __future__ import annotations
 
 import math
+import operator
 from dataclasses import dataclass
 from typing import Callable, Optional
 
@@ -15,8 +16,8 @@ import sympy
 import torch
 import torch.fx as fx
 
-from .algebra import (Add, AllReduce, Atoms, Cast, Const, Contract, Index, Leaf, Mul, Reject, Relu,
-                      Shapes, Sum, Value, Where, as_expr)
+from .algebra import (Add, AllReduce, Atoms, Cast, Cat, Const, Contract, Exp, Gather, Index, Leaf, Max,
+                      Maximum, Mul, Recip, Reject, Relu, Shapes, Slice, Sum, Value, Where, as_expr)
 
 aten = torch.ops.aten
 prims = torch.ops.prims
@@ -145,7 +146,10 @@ class Interpreter:
         return list(node.meta["val"].shape)
 
     def bcast(self, node: fx.Node, tvs) -> tuple:
-        shape = self.out_shape(node)
+        return self.bcast_shape(self.out_shape(node), tvs)
+
+    def bcast_shape(self, shape, tvs) -> tuple:
+        """The dims of ``tvs`` broadcast together to ``shape`` (atoms unified by position)."""
         n = len(shape)
         out = [() for _ in range(n)]
         for tv in tvs:
@@ -294,7 +298,21 @@ def _slice(I, node, depth):
     size_out = node.meta["val"].shape[dim]
     if start in (0, None) and step == 1 and I.A.shapes.eq(as_expr(size_in), as_expr(size_out)):
         return TV(x.value, x.dims, x.dtype)
-    return None
+    atoms = I.A.flat_dim(x.dims[dim])
+    if step != 1 or len(atoms) != 1 or not I.is_float(x) or isinstance(x.value, Const):
+        return None
+    start = 0 if start is None else _val(start) if isinstance(start, fx.Node) else start
+    if isinstance(start, bool) or not isinstance(start, (int, torch.SymInt)):
+        return None
+    lo = as_expr(start)
+    if lo.is_Integer and lo < 0:
+        lo = lo + as_expr(size_in)
+    out = I.A.dim(size_out)
+    if not out:
+        return None  # a single position: a select, not read
+    dims = list(x.dims)
+    dims[dim] = out
+    return TV(Slice(x.value, atoms[0], out[0], lo, lo + as_expr(size_out)), tuple(dims), x.dtype)
 
 
 @handles(aten.clone, aten.alias, aten.contiguous, aten.lift_fresh_copy, aten.detach, shape=True)
@@ -496,6 +514,8 @@ def _maxmin(I, node, depth):
     a, b, dims = _binary(I, node, depth)
     ea, eb = I.index_of(a), I.index_of(b)
     if ea is None or eb is None:
+        if packet(node) is aten.maximum and I.is_float(a) and I.is_float(b):
+            return TV(Maximum(a.value, b.value), dims, node.meta["val"].dtype)
         return None
     fn = sympy.Max if packet(node) is aten.maximum else sympy.Min
     return TV(I.new_index(fn(ea, eb), [a, b]), dims, node.meta["val"].dtype)
@@ -534,6 +554,8 @@ def _div(I, node, depth):
         c = b.value.value if isinstance(b.value, Const) else None
         if I.is_float(a) and c not in (None, 0) and dt.is_floating_point:
             return TV(Mul((a.value, Const(1.0 / c))), dims, dt)
+        if I.is_float(a) and I.is_float(b) and c is None and dt.is_floating_point:
+            return TV(Mul((a.value, Recip(b.value))), dims, dt)
         return None
     if mode == "floor":
         return _floordiv(I, a, b, dims, dt)
@@ -669,7 +691,13 @@ def _where(I, node, depth):
     b = I.ev(node.args[2], depth)
     cond = I.bool_of(c)
     dt = node.meta["val"].dtype
-    if cond is None or not dt.is_floating_point or not (I.is_float(a) and I.is_float(b)):
+    if cond is None:
+        return None
+    ea, eb = I.index_of(a), I.index_of(b)
+    if ea is not None and eb is not None and cond.expr is not None and not dt.is_floating_point:
+        expr = sympy.Piecewise((ea, cond.expr), (eb, True))
+        return TV(I.new_index(expr, [c, a, b]), I.bcast(node, [c, a, b]), dt)
+    if not dt.is_floating_point or not (I.is_float(a) and I.is_float(b)):
         return None
     dims = I.bcast(node, [c, a, b])
     return TV(Where(cond, a.value, b.value), dims, dt)
@@ -682,6 +710,10 @@ def _masked_fill(I, node, depth):
     fill = I.ev(node.args[2], depth)
     cond = I.bool_of(m)
     dt = node.meta["val"].dtype
+    ex, ef = I.index_of(x), I.index_of(fill)
+    if cond is not None and cond.expr is not None and ex is not None and ef is not None:
+        expr = sympy.Piecewise((ef, cond.expr), (ex, True))
+        return TV(I.new_index(expr, [m, x]), I.bcast(node, [x, m]), dt)
     if cond is None or not dt.is_floating_point or not isinstance(fill.value, Const):
         return None
     dims = I.bcast(node, [x, m])
@@ -751,3 +783,150 @@ def _join(I, x, y):
         return I.A.flat_dim(x)
     return x or y
 
+
+
+# ---- attention: exp, max, concatenation, gathers (see patterns/attention.py) ------------------
+@handles(aten.exp)
+def _exp(I, node, depth):
+    x = I.ev(node.args[0], depth)
+    if not I.is_float(x):
+        return None
+    return TV(Exp(x.value), x.dims, node.meta["val"].dtype)
+
+
+@handles(aten.reciprocal)
+def _reciprocal(I, node, depth):
+    x = I.ev(node.args[0], depth)
+    if not I.is_float(x):
+        return None
+    return TV(Recip(x.value), x.dims, node.meta["val"].dtype)
+
+
+def _reduce_max(I, node, x, ds, keep):
+    if not I.is_float(x) or isinstance(x.value, Const):
+        return None
+    n = len(x.dims)
+    atoms = tuple(a for d in ds for a in I.A.flat_dim(x.dims[d]))
+    dims = tuple((() if i in ds else x.dims[i]) for i in range(n) if keep or i not in ds)
+    return TV(Max(x.value, atoms), dims, x.dtype)
+
+
+@handles(aten.amax)
+def _amax(I, node, depth):
+    x = I.ev(node.args[0], depth)
+    return _reduce_max(I, node, x, _reduce_dims(node, len(x.dims)), bool(_arg(node, 2, "keepdim", False)))
+
+
+@handles(operator.getitem)
+def _getitem(I, node, depth):
+    """``max(x, dim).values``: item 0 of aten.max.dim."""
+    src = node.args[0]
+    if node.args[1] != 0 or not isinstance(src, fx.Node) or src.op != "call_function" \
+            or src.target != aten.max.dim:
+        return None
+    x = I.ev(src.args[0], depth)
+    d = _norm_dim(_arg(src, 1, "dim"), len(x.dims))
+    return _reduce_max(I, node, x, [d], bool(_arg(src, 2, "keepdim", False)))
+
+
+@handles(aten.cat)
+def _cat(I, node, depth):
+    """Floats concatenated along one dim: a ``Cat`` over a fresh atom."""
+    parts = [I.ev(a, depth) for a in node.args[0]]
+    shape = I.out_shape(node)
+    n = len(shape)
+    dim = _norm_dim(_arg(node, 1, "dim", 0), n)
+    if len(parts) < 2 or any(len(p.dims) != n or not I.is_float(p) for p in parts):
+        return None
+    sizes = tuple(as_expr(a.meta["val"].shape[dim]) for a in node.args[0])
+    # every other dim is shared by all parts: unify them position by position
+    rest = [s if i != dim else 1 for i, s in enumerate(shape)]
+    others = I.bcast_shape(rest, [TV(p.value, tuple(() if i == dim else d for i, d in enumerate(p.dims)), p.dtype)
+                                  for p in parts])
+    cat = I.A.dim(shape[dim])
+    if not cat:
+        return None
+    dims = tuple(cat if i == dim else others[i] for i in range(n))
+    value = Cat(tuple(p.value for p in parts), tuple(p.dims[dim] for p in parts), sizes, cat[0])
+    return TV(value, dims, node.meta["val"].dtype)
+
+
+@handles(aten.remainder)
+def _remainder(I, node, depth):
+    a, b, dims = _binary(I, node, depth)
+    ea, eb = I.index_of(a), I.index_of(b)
+    if ea is None or eb is None or not (eb.is_integer and eb.is_positive):
+        return None
+    return TV(I.new_index(sympy.Mod(ea, eb), [a, b]), dims, node.meta["val"].dtype)
+
+
+def _gather_value(I, node, src: TV, axis: int, index: TV, dims) -> TV:
+    if not I.is_float(src) or isinstance(src.value, Const):
+        return None
+    if I.index_of(index) is None:
+        return None
+    value = Gather(src.value, tuple(I.A.flat_dim(d) for d in src.dims), axis, index.value)
+    return TV(value, dims, node.meta["val"].dtype)
+
+
+@handles(aten.gather)
+def _gather(I, node, depth):
+    """out[..., i, ...] = src[..., index[..., i, ...], ...] along ``dim``."""
+    src = I.ev(node.args[0], depth)
+    n = len(src.dims)
+    axis = _norm_dim(node.args[1], n)
+    index = I.ev(node.args[2], depth)
+    src_shape = list(node.args[0].meta["val"].shape)
+    idx_shape = list(node.args[2].meta["val"].shape)
+    for i in range(n):
+        if i != axis:
+            if not I.A.shapes.eq(as_expr(src_shape[i]), as_expr(idx_shape[i])):
+                return None  # a partial gather of another dim, not read
+            if src.dims[i] and index.dims[i]:
+                I.A.unify(src.dims[i], index.dims[i])
+    dims = tuple(index.dims[i] if i == axis else (src.dims[i] or index.dims[i]) for i in range(n))
+    return _gather_value(I, node, src, axis, index, dims)
+
+
+@handles(aten.index_select)
+def _index_select(I, node, depth):
+    src = I.ev(node.args[0], depth)
+    axis = _norm_dim(node.args[1], len(src.dims))
+    index = I.ev(node.args[2], depth)
+    dims = tuple(index.dims[0] if i == axis else d for i, d in enumerate(src.dims))
+    return _gather_value(I, node, src, axis, index, dims)
+
+
+@handles(aten.index)
+def _index(I, node, depth):
+    """Advanced indexing ``src[i0, i1, ...]`` with integer tensors on leading adjacent dims:
+    index tensors that are exactly an arange over a dim of the same size (``arange(B)[:, None,
+    None]``) select that dim as it is; exactly one other index tensor is the gather."""
+    src = I.ev(node.args[0], depth)
+    ids = list(node.args[1])
+    used = [i for i, t in enumerate(ids) if t is not None]
+    if not used or used != list(range(used[0], used[-1] + 1)) or used[0] != 0:
+        return None
+    tvs = [I.ev(ids[i], depth) for i in used]
+    if any(I.index_of(t) is None for t in tvs):
+        return None  # boolean masks, floats
+    out_shape = I.out_shape(node)
+    nb = len(out_shape) - (len(src.dims) - len(used))
+    bdims = I.bcast_shape(out_shape[:nb], tvs)
+    exprs = [I.A.resolve(I.index_of(t)) for t in tvs]
+    axis = None
+    for i, e in zip(used, exprs):
+        d = I.A.flat_dim(src.dims[i])
+        if isinstance(e, sympy.Symbol) and e.name.startswith("_i") and len(d) == 1 \
+                and I.A.shapes.eq(I.A.size(int(e.name[2:])), I.A.size(d[0])):
+            I.A.union(int(e.name[2:]), d[0])  # arange over the whole dim: the dim itself
+        elif e == 0 and not d:
+            pass  # index 0 of a size-1 dim: the dim itself
+        elif axis is None:
+            axis = i
+        else:
+            return None  # two gathered dims
+    if axis is None:
+        return None
+    dims = tuple(bdims) + tuple(src.dims[len(used):])
+    return _gather_value(I, node, src, axis, tvs[used.index(axis)], dims)
