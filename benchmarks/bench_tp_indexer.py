@@ -112,7 +112,7 @@ def run_rank(rank, world, args):
         print(env_line(), f"{world} ranks ({'gloo, CPU' if args.cpu else 'NCCL'})")
         print(inductor_dsa.report())
         print(table(results, ["case", "impl", "ms", "x vs compile", "check"]), flush=True)
-    ok = swapped == 1 and all(r["check"] == "ok" for r in results if r["impl"] != "eager")
+    ok = swapped == 1 and results[2]["check"] == "ok"  # ours; eager and compile are reported only
     if not ok:
         raise SystemExit(f"rank {rank}: swaps {dict(inductor_dsa.lowering.counters)}, checks {results}")
 
