@@ -1,16 +1,16 @@
 """inductor_dsa: fused DeepSeek-V4 sparse-attention (DSA) kernels for torch.compile.
 
-Public API: ``indexer_logits``, ``indexer_topk`` (see ``inductor_dsa.indexer``), the paged
+Public API: ``indexer_logits``, ``indexer_topk``, ``logits_topk`` (see ``inductor_dsa.indexer``), the paged
 (decode) forms ``paged_indexer_logits``, ``paged_indexer_topk``, ``paged_gather`` (see
 ``inductor_dsa.paged``), ``sparse_attention`` (see ``inductor_dsa.attention``), the oracles in
 ``inductor_dsa.reference`` and formats in ``inductor_dsa.formats``.
 """
 from . import checks, formats, reference
 from .attention import sparse_attention
-from .indexer import indexer_logits, indexer_topk
+from .indexer import indexer_logits, indexer_topk, logits_topk
 from .paged import paged_gather, paged_indexer_logits, paged_indexer_topk
 
-__all__ = ["checks", "formats", "reference", "indexer_logits", "indexer_topk", "paged_indexer_logits",
+__all__ = ["checks", "formats", "reference", "indexer_logits", "indexer_topk", "logits_topk", "paged_indexer_logits",
            "paged_indexer_topk", "paged_gather", "sparse_attention"]
 __version__ = "0.1.0"
 

@@ -155,6 +155,15 @@ def topk_arg(topk) -> int:
     return topk
 
 
+def logits(x) -> tuple[int, int]:
+    """(T, K) of a float32 logits tensor [T, K]."""
+    x = tensor(x, "logits")
+    _dim(x, "logits", 2, "a tensor [T, K]")
+    if x.dtype != torch.float32:
+        raise TypeError(f"logits must be float32, got {x.dtype}")
+    return x.shape[0], x.shape[1]
+
+
 def indexer(q, q_scale, k, k_scale, weights) -> dict:
     """Validate indexer operands; returns T, H, D, K and the two formats."""
     q, k, weights = tensor(q, "q"), tensor(k, "k"), tensor(weights, "weights")

@@ -4,6 +4,7 @@
 
 q: tensor [T, H, D] (bf16 / fp16 / fp32, or fp8 with k an FP8 pair of the same dtype) or an
 MXFP4 pair (uint8 codes [T, H, D/2], uint8 E8M0 [T, H, D/32]).
+``logits_topk`` is the top-k alone, over given fp32 logits [T, K].
 k: tensor [K, D], an MXFP4 pair ([K, D/2], [K, D/32]) or an FP8 pair (e4m3 [K, D], fp32 [K]).
 weights [T, H]; k_start / k_end integer [T], default the whole of K.
 """
@@ -18,13 +19,17 @@ def _prepare(q, k, weights, k_start, k_end):
     q, q_scale = checks.split_operand(q, "q")
     k, k_scale = checks.split_operand(k, "k")
     info = checks.indexer(q, q_scale, k, k_scale, weights)
+    k_start, k_end = _ranges(k_start, k_end, info["T"], info["K"], q.device)
+    return q, q_scale, k, k_scale, weights, k_start, k_end
+
+
+def _ranges(k_start, k_end, rows, cols, device):
     if (k_start is None) != (k_end is None):
         raise ValueError("pass both k_start and k_end, or neither")
     if k_start is None:
-        k_start = torch.zeros(info["T"], dtype=torch.int32, device=q.device)
-        k_end = torch.full_like(k_start, info["K"])
-    k_start, k_end = checks.ranges(k_start, k_end, info["T"], q.device)
-    return q, q_scale, k, k_scale, weights, k_start, k_end
+        k_start = torch.zeros(rows, dtype=torch.int32, device=device)
+        k_end = torch.full_like(k_start, cols)
+    return checks.ranges(k_start, k_end, rows, device)
 
 
 def indexer_logits(q, k, weights, *, k_start=None, k_end=None) -> torch.Tensor:
@@ -40,3 +45,16 @@ def indexer_topk(q, k, weights, topk, *, k_start=None, k_end=None):
     """
     topk = checks.topk_arg(topk)
     return ops.indexer_topk(*_prepare(q, k, weights, k_start, k_end), topk)
+
+
+def logits_topk(logits, topk, *, k_start=None, k_end=None):
+    """(values fp32 [T, topk], indices int32 [T, topk]) of the largest entries of fp32 ``logits``
+    [T, K] in each row's [k_start, k_end); the order and padding of ``indexer_topk``.
+
+    The select stage of ``indexer_topk`` on logits computed elsewhere (e.g. partial scores
+    summed across tensor-parallel ranks).
+    """
+    t, n = checks.logits(logits)
+    topk = checks.topk_arg(topk)
+    k_start, k_end = _ranges(k_start, k_end, t, n, logits.device)
+    return ops.logits_topk(logits, k_start, k_end, topk)

@@ -53,13 +53,30 @@ def indexer_topk(q: Tensor, q_scale: Optional[Tensor], k: Tensor, k_scale: Optio
         from .kernels import launch
         return launch.indexer_topk(q, q_scale, k, k_scale, weights, k_start, k_end, topk)
     logits = indexer_logits(q, q_scale, k, k_scale, weights, k_start, k_end)
-    return reference.topk_from_logits(logits, topk, reference.visible_mask(k_start, k_end, logits.shape[1]))
+    return reference.logits_topk(logits, topk, k_start, k_end)
 
 
 @indexer_topk.register_fake
 def _(q, q_scale, k, k_scale, weights, k_start, k_end, topk):
     shape = (q.shape[0], topk)
     return q.new_empty(shape, dtype=torch.float32), q.new_empty(shape, dtype=torch.int32)
+
+
+@torch.library.custom_op("inductor_dsa::logits_topk", mutates_args=())
+def logits_topk(logits: Tensor, k_start: Tensor, k_end: Tensor, topk: int) -> tuple[Tensor, Tensor]:
+    """Top-k of given fp32 logits [T, K] over k_start[t] <= j < k_end[t] (the select of indexer_topk)."""
+    checks.logits(logits)
+    checks.topk_arg(topk)
+    if _use_kernels(logits.device) and topk <= TOPK_FUSED_MAX:
+        from .kernels import launch
+        return launch.logits_topk(logits.contiguous(), k_start, k_end, topk)
+    return reference.logits_topk(logits, topk, k_start, k_end)
+
+
+@logits_topk.register_fake
+def _(logits, k_start, k_end, topk):
+    shape = (logits.shape[0], topk)
+    return logits.new_empty(shape), logits.new_empty(shape, dtype=torch.int32)
 
 
 @torch.library.custom_op("inductor_dsa::sparse_attention", mutates_args=())

@@ -80,6 +80,11 @@ def topk_from_logits(logits: torch.Tensor, topk: int, visible: torch.Tensor):
     return values.float(), torch.where(taken, order, -1).to(torch.int32)
 
 
+def logits_topk(logits, topk, k_start, k_end):
+    """``topk_from_logits`` of given logits [T, K] over the rows' ranges k_start[t] <= j < k_end[t]."""
+    return topk_from_logits(logits.to(torch.float64), topk, visible_mask(k_start, k_end, logits.shape[1]))
+
+
 def indexer_topk(q, k, weights, topk, k_start=None, k_end=None):
     """Top-k of ``indexer_logits`` (float64 scores, values returned as fp32)."""
     logits = indexer_logits(q, k, weights, k_start, k_end)

@@ -88,6 +88,74 @@ def toy_call(m, args):
     return m(*args)
 
 
+# ---- tensor-parallel indexer (heads split across ranks, partial scores all-reduced) -----------
+class TPIndexer(nn.Module):
+    """The V4 indexer prefill branch under tensor parallelism, laid out like the official one:
+    the q projection and weights_proj are column-parallel (this rank holds ``n_heads // world``
+    heads), the compressed key cache is replicated, each rank sums relu(q.k) * w over its own
+    heads, ``dist.all_reduce`` sums the partial scores, then ratio mask, top-k, -1 marking.
+    With world == 1 (all heads, no collective) it is the single-device oracle.
+
+    Near-miss knobs: ``reduce_op`` (e.g. ReduceOp.MAX), ``after`` (applied to the reduced
+    scores before the mask); ``functional`` uses the functional collective (no in-place write)."""
+
+    def __init__(self, dim=40, q_dim=24, n_heads=8, head_dim=32, ratio=4, topk=5, max_len=64,
+                 world=1, rank=0, reduce_op=None, after=None, functional=False):
+        super().__init__()
+        self.n_heads, self.head_dim, self.ratio, self.index_topk = n_heads, head_dim, ratio, topk
+        self.world, self.rank = world, rank
+        self.n_local_heads = n_heads // world
+        self.softmax_scale = head_dim ** -0.5
+        self.wq_b = nn.Linear(q_dim, self.n_local_heads * head_dim, bias=False)
+        self.weights_proj = nn.Linear(dim, self.n_local_heads, bias=False)
+        self.register_buffer("kv_cache", torch.zeros(1, max_len // ratio, head_dim), persistent=False)
+        self.reduce_op, self.after, self.functional = reduce_op, after, functional
+
+    def shard(self, world, rank, **knobs):
+        """This rank's part of a full (world == 1) indexer: heads [rank * H/world, (rank+1) * H/world)."""
+        dim, q_dim = self.weights_proj.in_features, self.wq_b.in_features
+        m = TPIndexer(dim, q_dim, self.n_heads, self.head_dim, self.ratio, self.index_topk,
+                      self.kv_cache.shape[1] * self.ratio, world, rank, **knobs)
+        hl, d = self.n_heads // world, self.head_dim
+        with torch.no_grad():
+            m.wq_b.weight.copy_(self.wq_b.weight[rank * hl * d:(rank + 1) * hl * d])
+            m.weights_proj.weight.copy_(self.weights_proj.weight[rank * hl:(rank + 1) * hl])
+        return m.to(device=self.wq_b.weight.device, dtype=self.wq_b.weight.dtype)
+
+    def forward(self, x, qr, kv):
+        import torch.distributed as dist
+        bsz, seqlen, _ = x.shape
+        ratio = self.ratio
+        self.kv_cache[:bsz, : seqlen // ratio] = kv
+        q = self.wq_b(qr).unflatten(-1, (self.n_local_heads, self.head_dim))
+        weights = self.weights_proj(x) * (self.softmax_scale * self.n_heads ** -0.5)
+        index_score = torch.einsum("bshd,btd->bsht", q, self.kv_cache[:bsz, : seqlen // ratio])
+        index_score = (index_score.relu_() * weights.unsqueeze(-1)).sum(dim=2)
+        if self.world > 1:
+            if self.functional:
+                from torch.distributed import _functional_collectives as funcol
+                index_score = funcol.all_reduce(index_score, "sum", dist.group.WORLD)
+            else:
+                dist.all_reduce(index_score, op=self.reduce_op or dist.ReduceOp.SUM)
+        if self.after is not None:
+            index_score = self.after(index_score)
+        mask = torch.arange(seqlen // ratio, device=x.device).repeat(seqlen, 1) >= \
+            torch.arange(1, seqlen + 1, device=x.device).unsqueeze(1) // ratio
+        index_score += torch.where(mask, float("-inf"), 0)
+        topk_idxs = index_score.topk(min(self.index_topk, seqlen // ratio), dim=-1)[1]
+        beyond = topk_idxs >= torch.arange(1, seqlen + 1, device=x.device).unsqueeze(1) // ratio
+        return torch.where(beyond, -1, topk_idxs)
+
+
+def make_tp_inputs(m: TPIndexer, dtype, seed, seqlen=44):
+    """(x, qr, kv) for a TPIndexer, the same on every rank for the same seed."""
+    g = torch.Generator().manual_seed(seed)
+    x = torch.randn(1, seqlen, m.weights_proj.in_features, generator=g).to(dtype)
+    qr = torch.randn(1, seqlen, m.wq_b.in_features, generator=g).to(dtype)
+    kv = torch.randn(1, seqlen // m.ratio, m.head_dim, generator=g).to(dtype)
+    return x, qr, kv
+
+
 # ---- functional snippets ---------------------------------------------------------------------
 def official_fn(q, kv, weights, ratio=4, index_topk=6):
     """The official branch as a function of already projected tensors (q [B,S,H,D])."""

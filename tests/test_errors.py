@@ -85,6 +85,7 @@ def test_bad_topk(topk, exc):
     raises(exc, "topk", "", lambda: idsa.indexer_topk(*_ok(), topk))
     q, cache, w, bt, ctx = make_case(torch.Generator().manual_seed(0), d=32, ctx=[3, 70])
     raises(exc, "topk", "", lambda: idsa.paged_indexer_topk(q, cache, w, bt, ctx, topk))
+    raises(exc, "topk", "", lambda: idsa.logits_topk(torch.randn(T, K), topk))
 
 
 I32 = dict(dtype=torch.int32)
@@ -103,6 +104,17 @@ I32 = dict(dtype=torch.int32)
 def test_bad_ranges(ks, ke, exc, arg, what):
     raises(exc, arg, what, lambda: idsa.indexer_logits(*_ok(), k_start=ks, k_end=ke))
     raises(exc, arg, what, lambda: idsa.indexer_topk(*_ok(), 3, k_start=ks, k_end=ke))
+    raises(exc, arg, what, lambda: idsa.logits_topk(torch.randn(T, K), 3, k_start=ks, k_end=ke))
+
+
+@pytest.mark.parametrize("logits,exc,what", [
+    ([[0.0] * K] * T, TypeError, "torch.Tensor"),
+    (torch.randn(T, K, 1), ValueError, r"\[T, K\]"),
+    (torch.randn(T, K, dtype=torch.float64), TypeError, "float32"),
+    (torch.randn(T, K).bfloat16(), TypeError, "float32"),
+])
+def test_logits_topk_bad_logits(logits, exc, what):
+    raises(exc, "logits", what, lambda: idsa.logits_topk(logits, 3))
 
 
 def test_int64_ranges_accepted():

@@ -151,3 +151,27 @@ def test_empty_inputs(gen):
     assert idsa.indexer_logits(*_dev(q, k, w)).shape == (4, 0)
     v, i = idsa.indexer_topk(*_dev(q, k, w), 3)
     assert (i == -1).all() and (v == float("-inf")).all()
+
+
+@pytest.mark.parametrize("t,n,topk", [(19, 75, 16), (9, 20, 32), (1, 1, 1), (13, 150, 60)])
+@pytest.mark.parametrize("mask", ["full", "causal", "ratio4", "ragged"])
+def test_logits_topk_matches_oracle(t, n, topk, mask, gen):
+    # the select alone, on given fp32 logits (e.g. summed across TP ranks): exactly the oracle
+    logits = torch.randint(-12, 13, (t, n), generator=gen) / 4.0  # many ties: the lower column wins
+    ks, ke = _ranges(mask, t, n, gen)
+    vals, idx = idsa.logits_topk(logits.to(DEVICE), topk, k_start=ks.to(DEVICE), k_end=ke.to(DEVICE))
+    want_v, want_i = reference.logits_topk(logits, topk, ks, ke)
+    assert torch.equal(idx.cpu(), want_i) and torch.equal(vals.cpu(), want_v)
+    ref = logits.double().masked_fill(~reference.visible_mask(ks, ke, n), float("-inf"))
+    _assert_topk(vals, idx, ref, topk)
+
+
+def test_logits_topk_transposed_and_empty(gen):
+    logits = torch.randn(40, 13, generator=gen).t()  # [13, 40], last dim not contiguous
+    vals, idx = idsa.logits_topk(logits.to(DEVICE), 8)
+    want_v, want_i = reference.logits_topk(logits, 8, *reference.full_ranges(13, 40))
+    assert torch.equal(idx.cpu(), want_i) and torch.equal(vals.cpu(), want_v)
+    v, i = idsa.logits_topk(torch.randn(3, 0).to(DEVICE), 2)
+    assert (i == -1).all() and (v == float("-inf")).all()
+    with pytest.raises(TypeError, match="logits must be float32"):
+        idsa.logits_topk(logits.double(), 2)

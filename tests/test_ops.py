@@ -21,6 +21,8 @@ def test_opcheck(gen):
                           test_utils=("test_schema", "test_faketensor"))
     torch.library.opcheck(torch.ops.inductor_dsa.indexer_topk.default, (q, None, k, None, w, ks, ke, 4),
                           test_utils=("test_schema", "test_faketensor"))
+    torch.library.opcheck(torch.ops.inductor_dsa.logits_topk.default, (torch.randn(6, 9, generator=gen).to(DEVICE), ks, ke, 4),
+                          test_utils=("test_schema", "test_faketensor"))
 
 
 def test_compiled_call_names_the_op(gen):

@@ -99,9 +99,28 @@ def indexer_topk(q, q_scale, k, k_scale, weights, k_start, k_end, topk: int):
     for row0 in range(0, t, rows):
         if n:
             _logits_into(ws, row0, rows, t, n, h, plan, k_start, k_end, target, False)
-        select_kernel[(min(rows, t - row0),)](
-            ws, k_start, k_end, out_v, out_i, row0, t, n, ws.stride(0),
-            TOPK=topk, TOPK_P2=triton.next_power_of_2(topk), CH=sel.ch, BITS=sel.bits, num_warps=sel.num_warps)
+        _select(ws, row0, min(rows, t - row0), t, n, k_start, k_end, out_v, out_i, topk, sel)
+    return out_v, out_i
+
+
+def _select(ws, row0, rows, t, n, k_start, k_end, out_v, out_i, topk, sel):
+    """select_kernel over rows row0 .. row0 + rows - 1, whose scores are ws[t - row0, :n]."""
+    select_kernel[(rows,)](
+        ws, k_start, k_end, out_v, out_i, row0, t, n, ws.stride(0),
+        TOPK=topk, TOPK_P2=triton.next_power_of_2(topk), CH=sel.ch, BITS=sel.bits, num_warps=sel.num_warps)
+
+
+def logits_topk(logits, k_start, k_end, topk: int):
+    """Top-k of given fp32 logits [T, K] (last dim contiguous) over per-row ranges: the select alone."""
+    t, n = logits.shape
+    out_v = torch.empty((t, topk), dtype=torch.float32, device=logits.device)
+    out_i = torch.empty((t, topk), dtype=torch.int32, device=logits.device)
+    if t and n:
+        _select(logits, 0, t, t, n, k_start, k_end, out_v, out_i, topk,
+                configs.SELECT[configs.target_for(logits.device)])
+    else:
+        out_v.fill_(float("-inf"))
+        out_i.fill_(-1)
     return out_v, out_i
 
 

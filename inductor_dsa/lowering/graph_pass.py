@@ -4,7 +4,10 @@ Runs as ``torch._inductor.config.joint_custom_pre_pass`` (on inference graphs to
 the decomposed, functional aten graph, before Inductor's own pattern passes.
 
 1. Every ``aten.topk`` is an anchor: if its input provably is the masked indexer logits
-   (``patterns.indexer.read_logits``) the top-k becomes ``inductor_dsa.indexer_topk``.
+   (``patterns.indexer.read_logits``) the top-k becomes ``inductor_dsa.indexer_topk``. If it is
+   the masked ``all_reduce`` sum of this rank's partial logits (tensor-parallel heads), the
+   partial logits become ``inductor_dsa.indexer_logits``, the collective stays, and the top-k
+   becomes ``inductor_dsa.logits_topk``.
 2. Then, downstream of every relu(q.k) that is left, the last node that provably is the
    indexer logits (and does not feed a top-k that was rejected) becomes
    ``inductor_dsa.indexer_logits``.
@@ -19,6 +22,7 @@ Everything else is left exactly as it was.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import functools
 import hashlib
 import operator
@@ -33,7 +37,7 @@ from torch._inductor.custom_graph_pass import CustomGraphPass
 from ..patterns.algebra import Reject, as_expr
 from ..patterns.attention import NotCandidate, read_attention
 from ..patterns.attention import render as render_attention
-from ..patterns.indexer import read_logits, render
+from ..patterns.indexer import IndexerForm, Term, read_logits, render
 from ..patterns.interp import HANDLERS, SHAPE_OPS, Interpreter, packet
 from ..patterns.paged import read_paged, render_paged
 from . import report
@@ -46,6 +50,7 @@ PATTERN_TOPK = "indexer_topk"
 PATTERN_LOGITS = "indexer_logits"
 PATTERN_PAGED_TOPK = "paged_indexer_topk"
 PATTERN_PAGED_LOGITS = "paged_indexer_logits"
+PATTERN_TP_TOPK = "indexer_topk_all_reduce"
 PATTERN_ATTENTION = "sparse_attention"
 _CONTRACTIONS = (aten.bmm, aten.mm)
 _GATHERS = (aten.index, aten.gather, aten.index_select)
@@ -182,11 +187,13 @@ def _splice(graph: fx.Graph, anchor: fx.Node, gm: fx.GraphModule, args):
 # ---- matching -----------------------------------------------------------------------------------
 @dataclass
 class Plan:
-    """A proven match, traced and ready to splice: analysis done, graph not touched yet."""
+    """A proven match, traced and ready to splice: analysis done, graph not touched yet.
+    ``pre`` (tensor-parallel form): the local logits, spliced first."""
     anchor: fx.Node
     gm: fx.GraphModule
     args: list
     swap: report.Swap
+    pre: Optional["Plan"] = None
 
 
 def _plan_topk(graph, node) -> Optional[Plan]:
@@ -208,19 +215,59 @@ def _plan_topk(graph, node) -> Optional[Plan]:
     tv = interp.ev(x)
     form = read_logits(tv, interp, key_dim=dim % len(tv.dims))
     spec = TopkSpec(k, 0 in uses, 1 in uses)
+    kval = k.meta.get("val") if isinstance(k, fx.Node) else k
+    used = " and ".join(w for i, w in ((0, "values"), (1, "indices")) if i in uses)
+    if form.collective is not None:
+        return _plan_topk_tp(graph, node, form, interp, spec, (as_expr(kval), used))
+    note = "the logits are also used elsewhere: they stay computed there" if len(x.users) > 1 else ""
     key = read_paged(interp, form)
     pattern = PATTERN_TOPK if key is None else PATTERN_PAGED_TOPK
     repl = (Replacement(form, interp.A, spec, graph) if key is None
             else PagedReplacement(form, interp.A, key, spec, graph))
     repl.specialize()
     gm = _trace(repl, repl.args())
-    kval = k.meta.get("val") if isinstance(k, fx.Node) else k
-    used = " and ".join(w for i, w in ((0, "values"), (1, "indices")) if i in uses)
-    note = "the logits are also used elsewhere: they stay computed there" if len(x.users) > 1 else ""
     region = render(form, interp.A, pattern, (as_expr(kval), used))
     swap = report.Swap(pattern, f"torch.ops.inductor_dsa.{pattern}", _stack(node),
                        region if key is None else render_paged(region, key), note)
     return Plan(node, gm, repl.args(), swap)
+
+
+def _plan_topk_tp(graph, node, form: IndexerForm, interp, spec: TopkSpec, topk_info) -> Plan:
+    """Tensor-parallel indexer: mask(all_reduce_sum(local head-sum)) -> topk.
+
+    The all_reduce input (this rank's partial scores) becomes ``indexer_logits`` over all keys,
+    in its own layout and dtype; the collective and its wait stay exactly as they were; the top-k
+    of the masked reduced scores becomes ``logits_topk`` over the mask's per-row ranges.
+    """
+    if read_paged(interp, form) is not None:
+        raise Reject("a paged (byte cache) key summed across ranks: not supported")
+    A = interp.A
+    coll = form.collective
+    local_node, local_dims = coll.x.origin, A.flat_dims(coll.x.origin_dims)
+    reduced = Term(coll.origin, A.flat_dims(coll.origin_dims), coll.origin.meta["val"].dtype)
+    every = {A.find(a) for a in form.rows + form.keys}
+    key_dim = None
+    for i, d in enumerate(local_dims):
+        if tuple(A.find(a) for a in d) == tuple(A.find(a) for a in form.keys):
+            key_dim = i
+    for dims in (local_dims, reduced.dims):
+        flat = [A.find(a) for d in dims for a in d]
+        if len(flat) != len(set(flat)) or set(flat) != every:
+            raise Reject("the all_reduce input is not indexed by exactly the rows and keys of the scores")
+    if key_dim is None:
+        raise Reject("the all_reduce input has no dim made of exactly the key index")
+    local = dataclasses.replace(form, out_dims=local_dims, key_dim=key_dim,
+                                out_dtype=local_node.meta["val"].dtype, fill=None, ranges=None,
+                                mask_leaves=(), additive=False, collective=None, key_symbol=None)
+    repl_l = Replacement(local, A, None, graph)
+    repl_t = Replacement(form, A, spec, graph, scores=reduced)
+    repl_l.specialize()
+    repl_t.specialize()
+    pre = Plan(local_node, _trace(repl_l, repl_l.args()), repl_l.args(), None)
+    swap = report.Swap(PATTERN_TP_TOPK, "torch.ops.inductor_dsa.indexer_logits + all_reduce (kept) + "
+                       "torch.ops.inductor_dsa.logits_topk", _stack(node),
+                       render(form, A, PATTERN_TP_TOPK, topk_info))
+    return Plan(node, _trace(repl_t, repl_t.args()), repl_t.args(), swap, pre)
 
 
 def _plan_logits(graph, node) -> Plan:
@@ -229,6 +276,8 @@ def _plan_logits(graph, node) -> Plan:
     if tv.dtype is None or not tv.dtype.is_floating_point:
         raise Reject("not a floating-point tensor")
     form = read_logits(tv, interp, key_dim=None)
+    if form.collective is not None:
+        raise Reject("logits summed across ranks: the local head-sum before the all_reduce is the match")
     key = read_paged(interp, form)
     pattern = PATTERN_LOGITS if key is None else PATTERN_PAGED_LOGITS
     repl = (Replacement(form, interp.A, None, graph) if key is None
@@ -267,9 +316,11 @@ def _plan_attention(graph, node) -> Plan:
 
 
 def _apply(graph, plan: Plan) -> None:
+    if plan.pre is not None:
+        _apply(graph, plan.pre)
     node = plan.anchor
     outs = _splice(graph, node, plan.gm, plan.args)
-    if plan.swap.pattern in (PATTERN_TOPK, PATTERN_PAGED_TOPK):
+    if _is(node, aten.topk):  # (values, indices) replace the getitems
         outs = list(outs)
         for u in list(node.users):
             u.replace_all_uses_with(outs[u.args[1]])

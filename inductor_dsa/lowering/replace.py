@@ -163,11 +163,16 @@ def sym_nodes(graph: fx.Graph, topk: Optional[TopkSpec] = None) -> list:
 
 # ---- the replacement --------------------------------------------------------------------------
 class Replacement:
-    def __init__(self, form: IndexerForm, atoms: Atoms, topk: Optional[TopkSpec], graph: fx.Graph):
-        self.f, self.A, self.topk = form, atoms, topk
+    """The op call for ``form``: its logits, or its top-k (``topk``). With ``scores`` (a tensor
+    over the form's rows and keys holding the unmasked logits, e.g. partial scores summed across
+    ranks) the top-k selects from that tensor with ``logits_topk`` instead of recomputing it."""
+
+    def __init__(self, form: IndexerForm, atoms: Atoms, topk: Optional[TopkSpec], graph: fx.Graph,
+                 scores: Optional[Term] = None):
+        self.f, self.A, self.topk, self.scores = form, atoms, topk, scores
         f = form
-        self.tensors = [f.q, f.k] + list(f.weights) + [Term(n, atoms.flat_dims(d), None)
-                                                       for _, n, d in f.mask_leaves]
+        operands = [scores] if scores is not None else [f.q, f.k] + list(f.weights)
+        self.tensors = operands + [Term(n, atoms.flat_dims(d), None) for _, n, d in f.mask_leaves]
         self.sym_nodes = sym_nodes(graph, topk)
         for t in self.tensors:
             if len(set(a for d in t.dims for a in d)) != sum(len(d) for d in t.dims):
@@ -203,26 +208,12 @@ class Replacement:
     def __call__(self, *args):
         f, A = self.f, self.A
         tens, env, size = self._bind(args)
-        q, k = tens[0], tens[1]
-        nw = len(f.weights)
-        wts, leaves = tens[2:2 + nw], tens[2 + nw:]
-        dev = q.device
+        n_ops = len(self.tensors) - len(f.mask_leaves)
+        leaves = tens[n_ops:]
+        dev = tens[0].device
         rows, batch, keys = list(f.rows), list(f.batch), list(f.keys)
         T = _prod(size(a) for a in rows)
         K = _prod(size(a) for a in keys)
-        H = _prod(size(a) for a in f.heads)
-        D = _prod(size(a) for a in f.contract)
-
-        q3 = arrange(q, f.q.dims, [rows, list(f.heads), list(f.contract)], size)
-        k3 = arrange(k, f.k.dims, [batch, keys, list(f.contract)], size)
-        w2 = None
-        for t, term in zip(wts, f.weights):
-            a = arrange(t, term.dims, [rows, list(f.heads)], size).to(torch.float32)
-            w2 = a if w2 is None else w2 * a
-        if w2 is None:
-            w2 = torch.ones((T, H), dtype=torch.float32, device=dev)
-        if f.scale != 1.0:
-            w2 = w2 * f.scale
 
         # per-row ranges on the row grid (internal order)
         grid = [size(a) for a in rows]
@@ -253,6 +244,23 @@ class Replacement:
             ke = torch.maximum(ke, ks)
             if f.ranges.row_cond is not None:
                 ke = torch.where(on_rows_bool(emit, f.ranges.row_cond, grid, T, dev), ke, ks)
+        if self.scores is not None:
+            x = arrange(tens[0], self.scores.dims, [rows, keys], size).to(torch.float32)
+            vals, ids = torch.ops.inductor_dsa.logits_topk(x, ks.to(torch.int32), ke.to(torch.int32), self._k)
+            return self._finish_topk(vals, ids.to(torch.int64), ks, ke)
+        q, k, wts = tens[0], tens[1], tens[2:n_ops]
+        H = _prod(size(a) for a in f.heads)
+        D = _prod(size(a) for a in f.contract)
+        q3 = arrange(q, f.q.dims, [rows, list(f.heads), list(f.contract)], size)
+        k3 = arrange(k, f.k.dims, [batch, keys, list(f.contract)], size)
+        w2 = None
+        for t, term in zip(wts, f.weights):
+            a = arrange(t, term.dims, [rows, list(f.heads)], size).to(torch.float32)
+            w2 = a if w2 is None else w2 * a
+        if w2 is None:
+            w2 = torch.ones((T, H), dtype=torch.float32, device=dev)
+        if f.scale != 1.0:
+            w2 = w2 * f.scale
         if batch:
             boff = on_rows(sum(A.linear(a) * _sym_stride(A, batch, i) for i, a in enumerate(batch))) * K
         if self.topk is None:

@@ -7,7 +7,7 @@ pair where the split falls inside it; broadcasting two operands identifies (unif
 atoms that share a position. Size-1 dims carry the empty tuple.
 
 Values are small immutable trees (``Leaf``, ``Const``, ``Relu``, ``Cast``, ``Mul``,
-``Sum``, ``Contract``, ``Add``, ``Where``, ``Index``, ``Elem``; for attention also ``Gather``,
+``Sum``, ``Contract``, ``Add``, ``Where``, ``AllReduce``, ``Index``, ``Elem``; for attention also ``Gather``,
 ``Exp``, ``Recip``, ``Max``, ``Maximum``, ``Cat``, ``Slice``) whose free atoms are derived at the
 end, once all unifications are known. Reading a node as a ``Leaf`` is always exact, so
 giving up on an op never changes meaning: it only stops a match.
@@ -328,6 +328,15 @@ class Where(Value):
 
 
 @dataclass(eq=False)
+class AllReduce(Value):
+    """``x`` reduced across the ranks of a process group (``_c10d_functional.all_reduce`` then
+    ``wait_tensor``); ``op`` is the reduce op's name ("sum", "max", ...), ``node`` the all_reduce."""
+    x: Value
+    op: str
+    node: object = field(repr=False)
+
+
+@dataclass(eq=False)
 class Index(Value):
     """An integer or boolean tensor known as a sympy expression of atom symbols.
 
@@ -438,7 +447,7 @@ def deps(v: Value, atoms: Atoms) -> frozenset:
         return frozenset(x for d in v.dims for x in atoms.flat_dim(d))
     if isinstance(v, Const):
         return frozenset()
-    if isinstance(v, (Relu, Cast, Exp, Recip)):
+    if isinstance(v, (Relu, Cast, Exp, Recip, AllReduce)):
         return deps(v.x, atoms)
     if isinstance(v, Max):
         return deps(v.x, atoms) - frozenset(atoms.flat_dim(v.atoms))

@@ -6,7 +6,8 @@ Reads a node (a top-k input, or a logits tensor) and proves it computes
                = sum_h  w[rows, h] * relu( sum_d q[rows, h, d] * k[b(rows), j, d] )   otherwise
 
 where ``visible`` is a per-row range of j, ``fill`` is -inf or finfo.min, and ``w`` is a
-product of tensors/constants over (rows, h). Everything is checked on the index algebra
+product of tensors/constants over (rows, h). Tensor-parallel form: the head sum covers this
+rank's heads and is summed across ranks (``all_reduce``, op sum) before the mask. Everything is checked on the index algebra
 of ``algebra.py``: which index each tensor depends on, which indices are summed, in which
 order relu and the weights are applied. Any doubt raises ``Reject`` with the reason.
 """
@@ -21,7 +22,7 @@ import torch
 import torch.fx as fx
 
 from .. import checks
-from .algebra import (Add, Cast, Const, Contract, Index, Mul, Reject, Relu, Sum, Value,
+from .algebra import (Add, AllReduce, Cast, Const, Contract, Index, Mul, Reject, Relu, Sum, Value,
                       Where, const_value, deps, is_minus_inf_like)
 from .interp import TV, Interpreter
 from .masks import RowRange, per_row_range
@@ -59,6 +60,7 @@ class IndexerForm:
     key_symbol: Optional[sympy.Symbol] = None     # the column symbol of the ranges
     q_value: Optional[Value] = None       # the values read as q and k (patterns/paged.py reads k)
     k_value: Optional[Value] = None
+    collective: Optional[AllReduce] = None        # partial scores summed across ranks before the mask
 
 
 def peel(v: Value) -> Value:
@@ -127,6 +129,18 @@ def _peel_masks(v: Value):
         return v, conds, fills, additive
 
 
+def _collective(v: Value):
+    """(partial scores, the all-reduce) when ``v`` is a sum across ranks (tensor-parallel heads:
+    each rank sums its own heads, then ``all_reduce``), else (v, None). Only a sum may be crossed:
+    sum_r sum_{h in rank r} = sum_h; max / avg / product of partial sums are other functions."""
+    p = peel(v)
+    if not isinstance(p, AllReduce):
+        return v, None
+    if p.op != "sum":
+        raise Reject(f"all_reduce with op {p.op!r}: only a sum of partial scores is the indexer")
+    return p.x, p
+
+
 def _sum_parts(v: Value):
     """(heads atoms, factor list) of Sum(Mul(...)) or Contract(a, b)."""
     v = peel(v)
@@ -159,6 +173,7 @@ def read_logits(tv: TV, I: Interpreter, key_dim: Optional[int] = None) -> Indexe
     A = I.A
     out_dtype = tv.dtype
     v, conds, fills, additive = _peel_masks(tv.value)
+    v, collective = _collective(v)
 
     # -- weighted head sum, possibly times per-row factors ---------------------------------
     post = []
@@ -215,7 +230,7 @@ def read_logits(tv: TV, I: Interpreter, key_dim: Optional[int] = None) -> Indexe
         except Reject as e:
             errors.append(str(e))
             continue
-        form.scale, form.out_dtype = scale, out_dtype
+        form.scale, form.out_dtype, form.collective = scale, out_dtype, collective
         _attach_mask(I, form, conds, fills, additive)
         return form
     # prefer the reason from the orientation where q carries more of the summed indices
@@ -398,6 +413,9 @@ def render(form: IndexerForm, A, op: str, topk=None) -> str:
              + ("[batch*keys, head_dim], ranges offset by batch*keys" if form.batch else "[keys, head_dim]"),
              "  weights " + (" * ".join(dims(w.dims) for w in form.weights) or "1")
              + (f" * {form.scale:.6g}" if form.scale != 1.0 else "") + " -> [rows, heads]"]
+    if form.collective is not None:
+        ar = form.collective.node
+        lines.append(f"  all_reduce {form.collective.op} of the partial scores (group {ar.args[2]!r}, kept)")
     if form.ranges is None:
         lines.append("  ranges  all keys")
     else:

@@ -17,8 +17,8 @@ import torch
 import torch.fx as fx
 from torch._subclasses.fake_tensor import unset_fake_temporarily
 
-from .algebra import (Add, Atoms, Cast, Cat, Const, Contract, Elem, Exp, Gather, Index, Leaf, Max,
-                      Maximum, Mul, Recip, Reject, Relu, Shapes, Slice, Sum, Value, Where, as_expr)
+from .algebra import (Add, AllReduce, Atoms, Cast, Cat, Const, Contract, Elem, Exp, Gather, Index, Leaf,
+                      Max, Maximum, Mul, Recip, Reject, Relu, Shapes, Slice, Sum, Value, Where, as_expr)
 
 aten = torch.ops.aten
 prims = torch.ops.prims
@@ -337,8 +337,8 @@ def _same(I, node, depth):
     return TV(x.value, x.dims, x.dtype)
 
 
-def _cast(I, node, depth, dtype):
-    x = I.ev(node.args[0], depth)
+def _cast(I, node, depth, dtype, x=None):
+    x = I.ev(node.args[0], depth) if x is None else x
     src = x.dtype
     if dtype is None or dtype == src:
         return TV(x.value, x.dims, x.dtype)
@@ -365,6 +365,45 @@ def _to_copy(I, node, depth):
     if src.device != dst.device:
         return None
     return _cast(I, node, depth, dst.dtype)
+
+
+@handles(aten.copy, shape=True)
+def _copy(I, node, depth):
+    """copy(dst, src): src's values in dst's shape and dtype, read only for the write-back of an
+    in-place collective (``dist.all_reduce(x)``: src is its ``wait_tensor``). Any other copy stays
+    a leaf: a cache written in place (``kv_cache[:b] = kv``) is the tensor the patterns take as k."""
+    dst, src = node.args[0], node.args[1]
+    if not (isinstance(src, fx.Node) and src.op == "call_function" and packet(src) is WAIT):
+        return None
+    if _val(dst).device != _val(src).device:
+        return None
+    x = I.ev(src, depth)
+    dims = I.bcast(node, [x])
+    dt = node.meta["val"].dtype
+    if x.dtype == dt:
+        return TV(x.value, dims, dt)
+    return _cast(I, node, depth, dt, TV(x.value, dims, x.dtype))
+
+
+# ---- collectives -------------------------------------------------------------------------------
+_c10d = getattr(torch.ops, "_c10d_functional", None)
+ALL_REDUCE = getattr(_c10d, "all_reduce", None)
+WAIT = getattr(_c10d, "wait_tensor", None)
+
+
+def _wait(I, node, depth):
+    """wait_tensor(all_reduce(x, op, group)): x reduced across ranks (op kept, checked by patterns)."""
+    ar = node.args[0]
+    if not (isinstance(ar, fx.Node) and ar.op == "call_function" and packet(ar) is ALL_REDUCE):
+        return None
+    x = I.ev(ar.args[0], depth)
+    if not I.is_float(x) or isinstance(x.value, Const):
+        return None
+    return TV(AllReduce(x.value, str(ar.args[1]).lower(), ar), x.dims, node.meta["val"].dtype)
+
+
+if WAIT is not None and ALL_REDUCE is not None:
+    handles(WAIT)(_wait)
 
 
 # ---- constants and indices -------------------------------------------------------------------
