@@ -11,10 +11,14 @@ import pathlib
 import subprocess
 import sys
 
+import pytest
+import torch
+
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 EXPECTED = {"pass", "indexer", "paged_indexer", "sparse_attention"}
 
 
+@pytest.mark.skipif(torch.cuda.is_available(), reason="CPU smoke (Triton interpreter); on a GPU run benchmarks/run.py itself")
 def test_run_all_benchmarks_cpu_smoke(tmp_path):
     env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
     p = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "run.py"), "--quick", "--cpu-smoke",
