@@ -184,8 +184,9 @@ def paged_select_kernel(ws, context_lens, part_v, part_i, hist, N, G, S, C, it0,
             c1 = tl.maximum(tl.minimum(c0 + C, ctx), c0)
             row = (b * N + n).to(tl.int64)
             dst = (row * S + s) * KP
+            # S = 1 resolves every digit: with the early exit ptxas spills 8 B here on sm90
             select_row(ws + pid.to(tl.int64) * C - c0, c0, c1, part_v + dst, part_i + dst, KP, KP_P2, CH,
-                       not SPLIT)
+                       not SPLIT, EARLY_EXIT=SPLIT)
             if SPLIT:
                 tl.debug_barrier()
                 p = tl.arange(0, KP_P2)
