@@ -264,6 +264,10 @@ def test_split_plan_fills_the_gpu():
         assert cfg.chunk_min <= plan.chunk <= cfg.chunk_max and plan.chunk % cfg.bn == 0
         assert plan.splits * plan.chunk >= max_len and plan.kp == min(topk, plan.chunk)
     assert paged_launch.split_plan(4, 1, 1024, 512, cfg, 264).splits == 1
+    for max_len in (64, 1088, cfg.split_min):  # short contexts: one chunk, no merge launches
+        plan = paged_launch.split_plan(1, 1, max_len, 512, cfg, 264)
+        assert plan.splits == 1 and max_len <= plan.chunk < max_len + cfg.bn and plan.kp == 512
+    assert paged_launch.split_plan(1, 1, cfg.split_min + cfg.bn, 512, cfg, 264).splits > 1
 
 
 def _ok_args():

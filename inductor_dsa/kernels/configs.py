@@ -134,7 +134,8 @@ SPARSE_ATTENTION = {
 # and BOTH decode the whole MXFP4 key tile (SASS: 64 I2FP per thread x 256 threads for 8192 codes);
 # the score loop is issue-bound (ncu: 231 M instructions for B=64, L=32768), so one warpgroup at
 # 4 CTAs/SM halves it: H200, torch 2.11 + triton 3.6, B=64 L=32768 N=1 logits 449 -> 229 us,
-# top-512 596 -> 443 us. Select/merge: 4 warps.
+# top-512 596 -> 443 us. Select/merge: 4 warps. split_min: H200 B=1 top-512 (do_bench, launch
+# gaps included), L=1088: 2 chunks 456 us vs one 196 us; L=2048: 431 vs 201; L=4096: 268 vs 153.
 
 @dataclass(frozen=True)
 class PagedConfig:
@@ -147,18 +148,20 @@ class PagedConfig:
     chunk_max: int      # ... and at most this (bounds the per-program workspace: tokens x chunk fp32)
     ch: int             # elements per chunk in the radix-select passes
     logits_rows: int    # rows per program of paged_indexer_logits
+    split_min: int = 0  # contexts of at most this many rows are never split: at small batch the
+                        # split's two extra launches (filter, merge) cost more than they save
     merge_warps: int = 4
     extra: dict = field(default_factory=dict)  # backend-specific knobs (gfx942 only)
 
 
 PAGED = {
     "sm90": PagedConfig(bn=64, rows=128, num_warps=4, num_stages=2, progs_per_sm=4,
-                        chunk_min=1024, chunk_max=8192, ch=512, logits_rows=1024),
+                        chunk_min=1024, chunk_max=8192, ch=512, logits_rows=1024, split_min=2048),
     "gfx942": PagedConfig(bn=64, rows=256, num_warps=8, num_stages=2, progs_per_sm=2,
-                          chunk_min=1024, chunk_max=8192, ch=512, logits_rows=1024,
+                          chunk_min=1024, chunk_max=8192, ch=512, logits_rows=1024, split_min=2048,
                           extra={"matrix_instr_nonkdim": 16}),
     "cuda": PagedConfig(bn=64, rows=128, num_warps=4, num_stages=2, progs_per_sm=2,
-                        chunk_min=1024, chunk_max=8192, ch=512, logits_rows=1024),
+                        chunk_min=1024, chunk_max=8192, ch=512, logits_rows=1024, split_min=2048),
     "interpreter": PagedConfig(bn=32, rows=16, num_warps=4, num_stages=1, progs_per_sm=1,
                                chunk_min=64, chunk_max=128, ch=64, logits_rows=64),
 }

@@ -53,7 +53,9 @@ def split_plan(batch: int, groups: int, max_len: int, topk: int, cfg: configs.Pa
                programs: int) -> SplitPlan:
     """Chunks so that the batch x groups x S items fill one wave of ``programs`` (never just over
     it: a second, nearly empty wave would idle the GPU), with chunk_min <= C <= chunk_max (C grows
-    past chunk_max only to keep S <= S_MAX)."""
+    past chunk_max only to keep S <= S_MAX); S = 1 when max_len <= split_min."""
+    if max_len <= cfg.split_min:
+        return SplitPlan(triton.cdiv(max_len, cfg.bn) * cfg.bn, 1, topk)
     want = max(1, programs // max(1, batch * groups))
     c = min(max(triton.cdiv(max_len, want), cfg.chunk_min), cfg.chunk_max)
     c = max(c, triton.cdiv(max_len, S_MAX))
