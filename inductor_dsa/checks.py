@@ -122,6 +122,8 @@ def head_dim(d: int, name: str) -> None:
 def same_device(pairs) -> None:
     """ValueError naming the first tensor not on the most common device (ties: the earlier argument's)."""
     pairs = [(n, t.device) for n, t in pairs if t is not None]
+    if all(d == pairs[0][1] for _, d in pairs):  # the common case, without counting
+        return
     counts = [sum(1 for _, e in pairs if e == d) for _, d in pairs]
     common = pairs[counts.index(max(counts))][1]
     for n, d in pairs:
