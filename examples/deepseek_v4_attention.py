@@ -24,14 +24,15 @@ caches (raw KV, compressed KV every 4 tokens, and the compressed index key MXFP4
 paged cache with inductor_dsa.formats); the step itself (indexer over the paged MXFP4 cache:
 cache[block_table] gather, E2M1/E8M0 decode, einsum, relu, weights, head sum, context_lens mask,
 top-k; then window + top-k sparse attention) is compiled the same three ways and checked the same
-way (oracle: reference.paged_indexer_logits). Then a table of time and peak GPU memory, and on a
-GPU a sweep of prefill lengths with a PNG of the speedup over eager (needs matplotlib).
+way (oracle: reference.paged_indexer_logits). Then a table of time and peak GPU memory ("ours, no
+checks": the inductor_dsa variant again with the ops' data value checks off, each of which is a
+host sync; INDUCTOR_DSA_CHECK_VALUES=0 in serving), and on a GPU a sweep of prefill lengths with a
+PNG of the speedup over eager (needs matplotlib).
 Exits 1 if any check fails.
 
 Not in this version: RoPE, the real V4 compressor (overlapping windows, positional bias), low-rank
-q projection, MTP, batched decode, the MoE / MLA parts of the model. The pass does not match the
-eager sparse-attention spelling yet, so that part stays Inductor's; whether the paged decode
-indexer is swapped depends on the pass's decode patterns (the run prints what was swapped).
+q projection, MTP, batched decode, the MoE / MLA parts of the model. The run prints what the pass
+swapped (the indexer, the paged decode indexer and the sparse attention).
 
 Spelling note: a first version fed the compressor output straight into the einsum; the pass
 rejected it ("relu is not applied to a q.k product": the key side was a gated-pooling reduction,
@@ -283,6 +284,16 @@ def sizes(args):
     return cfg
 
 
+UNCHECKED = "ours, no checks"  # inductor_dsa with its data value checks off (see timeit_unchecked)
+
+
+def timeit_unchecked(fn, args, device, iters):
+    """timeit with inductor_dsa's data value checks off (``INDUCTOR_DSA_CHECK_VALUES=0``, a serving
+    setting): each op's default block-table / index range check reads the data back, a host sync."""
+    with inductor_dsa.checks.values(False):
+        return timeit(fn, args, device, iters)
+
+
 def timeit(fn, args, device, iters):
     """(ms per call, peak MiB allocated during the calls, GPU only) after one warm-up call."""
     fn(*args)
@@ -424,6 +435,7 @@ def main(argv=None):
                 ok &= check_out(name, out, outs["eager"][0], tol)
         for name, f in prefill.items():
             times[("prefill", name)] = timeit(f, (x,), device, iters)
+        times[("prefill", UNCHECKED)] = timeit_unchecked(prefill["inductor_dsa"], (x,), device, iters)
 
         # ---- decode: CSA layer steps appending to the paged MXFP4 indexer cache ----
         cache = DecodeCache(csa, xn, max_len)
@@ -451,6 +463,8 @@ def main(argv=None):
             " stay Inductor's; see docs/patterns.md, Limits)" if "indexer_topk" in dswaps else ""))
         for name, f in decode.items() if step else ():
             times[("decode step", name)] = timeit(f, step, device, iters)
+        if step:
+            times[("decode step", UNCHECKED)] = timeit_unchecked(decode["inductor_dsa"], step, device, iters)
 
         print(f"[v4] timing ({iters} iters after warm-up, batch 1, prefill S={cfg['seq']}):")
         print(f"  {'stage':12s} {'variant':16s} {'ms/iter':>10s} {'peak MiB':>10s}")
