@@ -104,11 +104,12 @@ def assert_topk(vals, idx, ref, topk, tol=1e-5):
     assert (vals2[:, :-1] >= vals2[:, 1:]).all()  # descending, -inf padding last
 
 
-# split configs: no split, chunks of 64 rows (bn 32), chunks of 48 rows (bn 16: 4 blocks per page)
+# split configs: no split, chunks of 64 rows (bn 32), chunks of 48 rows (bn 16: 4 blocks per page);
+# split_min=0: these short test contexts are split on every target
 SPLITS = {
     "nosplit": dict(chunk_min=4096, chunk_max=4096),
-    "split64": dict(bn=32, chunk_min=64, chunk_max=64),
-    "split48-bn16": dict(bn=16, chunk_min=48, chunk_max=48, num_warps=4),
+    "split64": dict(bn=32, chunk_min=64, chunk_max=64, split_min=0),
+    "split48-bn16": dict(bn=16, chunk_min=48, chunk_max=48, num_warps=4, split_min=0),
 }
 
 

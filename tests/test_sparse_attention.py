@@ -142,6 +142,7 @@ def test_split_heuristic(monkeypatch):
     got = {p: launch.sparse_attention_splits(cuda, cfg, p, 1152) for p in (16, 64, 100, 128, 4096)}
     assert got == {16: 4, 64: 2, 100: 1, 128: 1, 4096: 1}           # split only below one wave
     assert launch.sparse_attention_splits(cuda, cfg, 64, 2 * 2 * cfg.bn - 1) == 1  # >= 2 tiles per split
+    assert launch.sparse_attention_splits(cuda, cfg, 1, 640) == 1  # batch-1 decode: too little work
 
 
 @pytest.mark.parametrize("gather", [0, 1, 2])

@@ -109,6 +109,9 @@ class SparseAttentionConfig:
     num_stages: int
     gather: int = 1    # 0 sync, 1 tile i+1 prefetched into registers, 2 loop-carried indices (see _attend)
     max_splits: int = 4  # split-KV programs per (query, head block) when the grid is too small
+    split_min_slots: int = 16384  # ... and programs x topk at least this: a tiny grid's kernel is
+                                  # shorter than the combine launch (H200, B=1 M=1 top-640:
+                                  # unsplit 51 us, 4 splits 65 us incl. the combine)
     extra: dict = field(default_factory=dict)  # backend-specific knobs
 
 

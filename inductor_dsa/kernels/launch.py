@@ -174,10 +174,11 @@ def sparse_attention_splits(device: torch.device, cfg: configs.SparseAttentionCo
                             programs: int, topk: int) -> int:
     """Split-KV factor for a grid of ``programs`` (query, head block) pairs.
 
-    1 once the grid fills a wave of multiprocessors; else the fewest splits minimising
-    waves per unit of work, ceil(P*s/SMs)/s, keeping >= 2 tiles of BN slots per split.
+    1 once the grid fills a wave of multiprocessors or holds fewer than split_min_slots
+    (program, slot) pairs; else the fewest splits minimising waves per unit of work,
+    ceil(P*s/SMs)/s, keeping >= 2 tiles of BN slots per split.
     """
-    if device.type == "cpu":
+    if device.type == "cpu" or programs * topk < cfg.split_min_slots:
         return 1
     idx = device.index if device.index is not None else torch.cuda.current_device()
     sms = configs.multiprocessors(idx)
