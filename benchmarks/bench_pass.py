@@ -116,7 +116,8 @@ def first_call(fn, args, backend):
     compiled = torch.compile(fn, backend=backend, dynamic=False)
     # JIT: Triton compiling the kernels launched by their own launchers (ours); Inductor's
     # generated kernels are compiled by its own workers and not counted here.
-    with method_timer(lowering.IndexerPass, "__call__") as spent, method_timer(JITFunction, "_do_compile") as jit:
+    with (method_timer(lowering.IndexerPass, "__call__") as spent,
+          method_timer(JITFunction, "_do_compile") as jit):
         t0 = time.perf_counter()
         out = compiled(*args)
         if DEVICE == "cuda":
@@ -189,7 +190,7 @@ def main():
             "jit_s", "compile_overhead", "overhead_warm_jit", "swaps", "check"]
     print(table(rows, cols))
     for key, what in (("compile_overhead", "first call, caches off"),
-                      ("overhead_warm_jit", "first call less Triton JIT time, i.e. with our kernels in Triton's disk cache")):
+                      ("overhead_warm_jit", "first call less Triton JIT time: our kernels in Triton's disk cache")):
         over = [f"{r[key]:+.1%}" for r in rows if key in r]
         print(f"compile overhead of inductor_dsa.backend ({what}): {', '.join(over)} (target < +10%)")
     write_json(args.out, dict(env=env_line(), ceilings=CEILINGS, rows=rows))

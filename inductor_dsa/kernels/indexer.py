@@ -161,15 +161,16 @@ def select_row(src, s, e, out_v, out_i, TOPK: tl.constexpr, TOPK_P2: tl.constexp
     elements with that prefix to keep (``need``). With EARLY_EXIT the passes stop once every
     element with the prefix is needed (its bin count == need): lower digits cannot change the
     set, so the output is the same. Then one compaction pass and a bitonic sort of the <= TOPK
-    winners. Slots past the visible count get -inf / -1. On the H200 ``tl.histogram`` cost grew with the bin count
-    (4096 rows: 4 x 256 bins 293 us, 4 x 1024 bins 1.4 ms); 8 passes of 4-bit one-hot counts
-    (no histogram) measured 1.8x slower than 8-bit histograms.
+    winners. Slots past the visible count get -inf / -1. On the H200 ``tl.histogram`` cost grew
+    with the bin count (4096 rows: 4 x 256 bins 293 us, 4 x 1024 bins 1.4 ms); 8 passes of 4-bit
+    one-hot counts (no histogram) measured 1.8x slower than 8-bit histograms.
     """
     NBINS: tl.constexpr = 1 << BITS
     n = e - s
     thr = tl.zeros((), tl.uint32)  # the threshold prefix, in the top nbits bits of a key
     need = tl.zeros((), tl.int32)
     nbits = tl.full((), 32, tl.int32)  # n <= TOPK: all 32, thr 0 (every key is > 0: all are taken)
+    ones = tl.full((), 0xFFFFFFFF, tl.uint32)
     bins = tl.arange(0, NBINS)
     if n > TOPK:
         need += TOPK
@@ -177,7 +178,6 @@ def select_row(src, s, e, out_v, out_i, TOPK: tl.constexpr, TOPK_P2: tl.constexp
         done = tl.zeros((), tl.int32)
         while done == 0:
             shift = 32 - BITS - nbits
-            ones = tl.full((), 0xFFFFFFFF, tl.uint32)
             fixed = ones ^ (ones >> nbits.to(tl.uint32))  # the top nbits bits
             hist = tl.zeros((NBINS,), tl.int32)
             for c0 in range(s, e, CH):
@@ -192,10 +192,11 @@ def select_row(src, s, e, out_v, out_i, TOPK: tl.constexpr, TOPK_P2: tl.constexp
             nbits += BITS
             # stop at the last digit, or once every element of the threshold bin is needed
             # (lower digits cannot change the set then)
-            done = ((nbits == 32) | (EARLY_EXIT & (tl.sum(tl.where(bins == digit, hist, 0), 0) == need))).to(tl.int32)
+            whole_bin = tl.sum(tl.where(bins == digit, hist, 0), 0) == need
+            done = ((nbits == 32) | (EARLY_EXIT & whole_bin)).to(tl.int32)
     # keys compared on their top nbits (all 32 unless the passes stopped early)
     low = (32 - nbits).to(tl.uint32)
-    hi_mask = (tl.full((), 0xFFFFFFFF, tl.uint32) >> low) << low
+    hi_mask = (ones >> low) << low
     taken = tl.zeros((), tl.int32)
     eq_seen = tl.zeros((), tl.int32)
     for c0 in range(s, e, CH):
