@@ -2,10 +2,10 @@
 from __future__ import annotations
 
 import torch
-import triton
 import triton.language as tl
 
 from . import configs
+from .host import cdiv, next_pow2
 from . import indexer
 from .indexer import logits_kernel, select_kernel
 
@@ -61,7 +61,7 @@ def _plan(q, q_scale, k, k_scale, weights, target: str):
                 sq_t=sq_t, sq_h=sq_h, sq_d=sq_d, sqx_t=sqx_t, sqx_h=sqx_h,
                 sk_k=sk_k, sk_d=sk_d, skx_k=skx_k, sw_t=weights.stride(0), sw_h=weights.stride(1),
                 Q_FMT=qf, K_FMT=kf, K_ROW_SCALE=fp8, FNUZ=fnuz, DOT_DTYPE=dot,
-                D=q.shape[2] * (2 if kq == "mxfp4" else 1), HP=triton.next_power_of_2(h))
+                D=q.shape[2] * (2 if kq == "mxfp4" else 1), HP=next_pow2(h))
     return args, h
 
 
@@ -69,7 +69,7 @@ def _logits_into(out, row0, rows, t, n, h, plan, k_start, k_end, target, fill):
     """Launch logits_kernel for tokens row0 .. min(t, row0 + rows) - 1 into out[t - row0]."""
     cfg = configs.logits_config(target, bool(plan["K_FMT"] == FMT_MXFP4))
     bt = cfg.tokens(plan["HP"])
-    logits_kernel[(triton.cdiv(rows, bt),)](
+    logits_kernel[(cdiv(rows, bt),)](
         k_start=k_start, k_end=k_end, out=out, T=min(t, row0 + rows), K=n, H=h, row0=row0,
         so_t=out.stride(0), BT=bt, BN=cfg.bn, FILL=fill, **plan, **configs.launch_options(cfg, target))
 
@@ -107,7 +107,7 @@ def _select(ws, row0, rows, t, n, k_start, k_end, out_v, out_i, topk, sel):
     """select_kernel over rows row0 .. row0 + rows - 1, whose scores are ws[t - row0, :n]."""
     select_kernel[(rows,)](
         ws, k_start, k_end, out_v, out_i, row0, t, n, ws.stride(0),
-        TOPK=topk, TOPK_P2=triton.next_power_of_2(topk), CH=sel.ch, BITS=sel.bits, num_warps=sel.num_warps)
+        TOPK=topk, TOPK_P2=next_pow2(topk), CH=sel.ch, BITS=sel.bits, num_warps=sel.num_warps)
 
 
 def logits_topk(logits, k_start, k_end, topk: int):
@@ -145,7 +145,7 @@ def _v4_strides(fmt: str, t: int, n: int, h: int, d: int) -> dict:
 
 def aot_variants(target: str, head_dim: int = 128, heads: int = 64, tokens: int = 4096):
     """(name, kernel, signature, constexprs, options, example ints) of every shipped config."""
-    hp = triton.next_power_of_2(heads)
+    hp = next_pow2(heads)
     for fmt, (qp, qxp, kp, kxp, qf, kf, scaled, fp8) in _AOT_FORMATS.items():
         cfg = configs.logits_config(target, bool(kf == FMT_MXFP4))
         if fp8:
@@ -159,7 +159,7 @@ def aot_variants(target: str, head_dim: int = 128, heads: int = 64, tokens: int 
                configs.launch_options(cfg, target), _v4_strides(fmt, tokens, tokens, heads, head_dim))
     sel = configs.SELECT[target]
     for n in (512, 1024, 2048):
-        consts = dict(TOPK=n, TOPK_P2=triton.next_power_of_2(n), CH=sel.ch, BITS=sel.bits)
+        consts = dict(TOPK=n, TOPK_P2=next_pow2(n), CH=sel.ch, BITS=sel.bits)
         pointers = dict(ws="*fp32", k_start="*i32", k_end="*i32", out_v="*fp32", out_i="*i32")
         sig = {a: ("constexpr" if a in consts else pointers.get(a, "i32")) for a in select_kernel.arg_names}
         yield (f"indexer_select[topk={n}]", select_kernel, sig, consts, dict(num_warps=sel.num_warps),
@@ -184,11 +184,11 @@ def sparse_attention_splits(device: torch.device, cfg: configs.SparseAttentionCo
     sms = configs.multiprocessors(idx)
     if programs >= sms:
         return 1
-    best, best_cost = 1, float(triton.cdiv(programs, sms))
+    best, best_cost = 1, float(cdiv(programs, sms))
     for s in range(2, cfg.max_splits + 1):
         if topk < 2 * s * cfg.bn:
             break
-        cost = triton.cdiv(programs * s, sms) / s
+        cost = cdiv(programs * s, sms) / s
         if cost < best_cost - 1e-9:
             best, best_cost = s, cost
     return best
@@ -196,7 +196,7 @@ def sparse_attention_splits(device: torch.device, cfg: configs.SparseAttentionCo
 
 def sparse_attention_heads(cfg: configs.SparseAttentionConfig, h: int) -> int:
     """Heads per program: the config's block, shrunk to H rounded up to a power of two (>= 16)."""
-    return min(cfg.bh, max(16, triton.next_power_of_2(h)))
+    return min(cfg.bh, max(16, next_pow2(h)))
 
 
 def sparse_attention(q, kv, indices, sink, scale: float, splits: int | None = None):
@@ -214,7 +214,7 @@ def sparse_attention(q, kv, indices, sink, scale: float, splits: int | None = No
         dot = tl.float32  # the interpreter's bf16 tl.dot is wrong (triton 3.7); fp32 of bf16 values is exact
     else:
         dot = _TL_DTYPES[q.dtype]
-    grid_qh = (b * m, triton.cdiv(h, bh))
+    grid_qh = (b * m, cdiv(h, bh))
     if splits is None:
         splits = sparse_attention_splits(q.device, cfg, grid_qh[0] * grid_qh[1], topk)
     has_sink = sink is not None

@@ -9,10 +9,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import torch
-import triton
 import triton.language as tl
 
 from . import configs
+from .host import cdiv, next_pow2
 from ..formats import PAGE_ROWS
 from .indexer import FMT_MXFP4, FMT_TENSOR
 from .paged_indexer import (KV_FP8, KV_FP8_BYTES, KV_MXFP4, HIST_BINS, paged_filter_kernel,
@@ -36,10 +36,10 @@ def _kv_format(fmt: str, fp8_flavor: str, target: str):
 
 def tiles(n_tokens: int, heads: int, rows: int) -> tuple[int, int, int]:
     """(HP, NT, G): padded heads, tokens per program, token groups. NT * HP >= 16 (dot minimum)."""
-    hp = triton.next_power_of_2(heads)
-    nt = min(triton.next_power_of_2(max(n_tokens, 1)), max(1, rows // hp))
+    hp = next_pow2(heads)
+    nt = min(next_pow2(max(n_tokens, 1)), max(1, rows // hp))
     hp = max(hp, 16 // nt)
-    return hp, nt, triton.cdiv(max(n_tokens, 1), nt)
+    return hp, nt, cdiv(max(n_tokens, 1), nt)
 
 
 @dataclass(frozen=True)
@@ -55,12 +55,12 @@ def split_plan(batch: int, groups: int, max_len: int, topk: int, cfg: configs.Pa
     it: a second, nearly empty wave would idle the GPU), with chunk_min <= C <= chunk_max (C grows
     past chunk_max only to keep S <= S_MAX); S = 1 when max_len <= split_min."""
     if max_len <= cfg.split_min:
-        return SplitPlan(triton.cdiv(max_len, cfg.bn) * cfg.bn, 1, topk)
+        return SplitPlan(cdiv(max_len, cfg.bn) * cfg.bn, 1, topk)
     want = max(1, programs // max(1, batch * groups))
-    c = min(max(triton.cdiv(max_len, want), cfg.chunk_min), cfg.chunk_max)
-    c = max(c, triton.cdiv(max_len, S_MAX))
-    c = triton.cdiv(c, cfg.bn) * cfg.bn
-    s = triton.cdiv(max_len, c)
+    c = min(max(cdiv(max_len, want), cfg.chunk_min), cfg.chunk_max)
+    c = max(c, cdiv(max_len, S_MAX))
+    c = cdiv(c, cfg.bn) * cfg.bn
+    s = cdiv(max_len, c)
     if s == 1:
         return SplitPlan(c, 1, topk)
     return SplitPlan(c, s, min(topk, c))
@@ -103,8 +103,8 @@ def paged_logits(q, q_scale, kv_cache, weights, block_table, context_lens, fmt, 
     out = torch.empty((b, n, max_len), dtype=torch.float32, device=q.device)
     if b == 0 or n == 0 or max_len == 0:
         return out
-    lc = triton.cdiv(cfg.logits_rows, cfg.bn) * cfg.bn
-    s = triton.cdiv(max_len, lc)
+    lc = cdiv(cfg.logits_rows, cfg.bn) * cfg.bn
+    s = cdiv(max_len, lc)
     paged_scores_kernel[(b * g * s,)](
         context_lens=context_lens, dst=out, S=s, C=lc, it0=0, n_items=b * g * s, BN=cfg.bn, TO_WS=False,
         **args, **configs.launch_options(cfg, target))
@@ -142,7 +142,7 @@ def paged_topk(q, q_scale, kv_cache, weights, block_table, context_lens, topk, f
         hist = torch.zeros((rows, HIST_BINS.value), dtype=torch.int32, device=dev)
     else:
         part_v, part_i, hist = out_v, out_i, out_i
-    kp_p2 = triton.next_power_of_2(plan.kp)
+    kp_p2 = next_pow2(plan.kp)
     for it0 in range(0, items, nprog):
         wave = min(nprog, items - it0)
         paged_scores_kernel[(wave,)](
@@ -162,10 +162,10 @@ def paged_topk(q, q_scale, kv_cache, weights, block_table, context_lens, topk, f
         stats.update(candidates=cnt)
     cand_v = torch.empty_like(part_v)
     cand_i = torch.empty_like(part_i)
-    s_p2 = triton.next_power_of_2(plan.splits)
+    s_p2 = next_pow2(plan.splits)
     paged_final_kernel[(rows,)](
         part_v, part_i, cnt, cand_v, cand_i, out_v, out_i, plan.splits,
-        KP=plan.kp, TOPK=topk, TOPK_P2=triton.next_power_of_2(topk), CH=cfg.ch,
+        KP=plan.kp, TOPK=topk, TOPK_P2=next_pow2(topk), CH=cfg.ch,
         S_P2=s_p2, WC=max(1, FINAL_TILE // s_p2), num_warps=cfg.merge_warps)
     return out_v, out_i
 
@@ -181,7 +181,7 @@ def paged_gather(kv_cache, block_table, context_lens, total_rows: int, payload_b
     out_a = torch.zeros((total_rows, payload_bytes), dtype=torch.uint8, device=dev)
     out_s = torch.zeros((total_rows, scale_bytes), dtype=torch.uint8, device=dev)
     if b and max_len and total_rows:
-        paged_gather_kernel[(b, triton.cdiv(max_len, GATHER_ROWS))](
+        paged_gather_kernel[(b, cdiv(max_len, GATHER_ROWS))](
             kv_cache, block_table, context_lens, start, out_a, out_s, total_rows, max_pages,
             kv_cache.shape[0], block_table.stride(0), kv_cache.stride(0),
             A=payload_bytes, SB=scale_bytes, GR=GATHER_ROWS)
@@ -219,19 +219,19 @@ def aot_variants(target: str, head_dim: int = 128, heads: int = 64):
     mopts = dict(num_warps=cfg.merge_warps)
     for nt in (1, 4):
         for topk, split in ((512, False), (1024, True), (2048, True)):
-            consts = dict(NT=nt, KP=topk, KP_P2=triton.next_power_of_2(topk), CH=cfg.ch, SPLIT=split)
+            consts = dict(NT=nt, KP=topk, KP_P2=next_pow2(topk), CH=cfg.ch, SPLIT=split)
             sig = {a: ("constexpr" if a in consts else ptr.get(a, "i32")) for a in paged_select_kernel.arg_names}
             yield (f"paged_select[NT={nt} topk={topk}{' split' if split else ''}]", paged_select_kernel, sig,
                    consts, mopts, _aligned(paged_select_kernel, sig))
     for topk in (512, 1024, 2048):
-        consts = dict(KP=topk, KP_P2=triton.next_power_of_2(topk))
+        consts = dict(KP=topk, KP_P2=next_pow2(topk))
         sig = {a: ("constexpr" if a in consts else ptr.get(a, "*fp32" if a.endswith("_v") else
                                                           ("*i32" if a in ("part_i", "cnt") else "i32")))
                for a in paged_filter_kernel.arg_names}
         sig.update(context_lens="*i32")
         yield f"paged_merge_filter[topk={topk}]", paged_filter_kernel, sig, consts, mopts, _aligned(paged_filter_kernel, sig)
         s_p2 = 256
-        consts = dict(KP=topk, TOPK=topk, TOPK_P2=triton.next_power_of_2(topk), CH=cfg.ch, S_P2=s_p2,
+        consts = dict(KP=topk, TOPK=topk, TOPK_P2=next_pow2(topk), CH=cfg.ch, S_P2=s_p2,
                       WC=max(1, FINAL_TILE // s_p2))
         sig = {a: ("constexpr" if a in consts else
                    ("*fp32" if a.endswith("_v") else ("*i32" if a in ("part_i", "cand_i", "out_i", "cnt") else "i32")))
