@@ -55,10 +55,11 @@ def split_plan(batch: int, groups: int, max_len: int, topk: int, cfg: configs.Pa
     it: a second, nearly empty wave would idle the GPU), with chunk_min <= C <= chunk_max (C grows
     past chunk_max only to keep S <= S_MAX); S = 1 when max_len <= split_min."""
     if max_len <= cfg.split_min:
-        return SplitPlan(cdiv(max_len, cfg.bn) * cfg.bn, 1, topk)
-    want = max(1, programs // max(1, batch * groups))
-    c = min(max(cdiv(max_len, want), cfg.chunk_min), cfg.chunk_max)
-    c = max(c, cdiv(max_len, S_MAX))
+        c = max_len
+    else:
+        want = max(1, programs // max(1, batch * groups))
+        c = min(max(cdiv(max_len, want), cfg.chunk_min), cfg.chunk_max)
+        c = max(c, cdiv(max_len, S_MAX))
     c = cdiv(c, cfg.bn) * cfg.bn
     s = cdiv(max_len, c)
     if s == 1:
