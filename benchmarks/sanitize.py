@@ -69,6 +69,15 @@ def prefill():
         lambda: idsa.indexer_topk(q, formats.fp8_encode_rows(k.float(), "fn"), w, 2049))
     run("indexer_topk mxfp4 q+k T=1 K=67 topk=1",
         lambda: idsa.indexer_topk(formats.mxfp4_encode(q[:1].float()), formats.mxfp4_encode(k.float()), w[:1], 1))
+    codes, scales = formats.mxfp4_encode(k.float())
+    run("indexer_logits mxfp4 k, codes at an odd address (byte loads)",
+        lambda: idsa.indexer_logits(q, (odd_copy(codes), scales), w, k_start=ks, k_end=ke))
+
+
+def odd_copy(x, offset=1, pad=0):
+    """x [R, C] copied to byte ``offset`` of a buffer with rows ``pad`` bytes longer (not 4-byte aligned)."""
+    buf = torch.empty(x.numel() + x.shape[0] * pad + offset, dtype=x.dtype, device=x.device)
+    return buf[offset:].view(x.shape[0], x.shape[1] + pad)[:, :x.shape[1]].copy_(x)
 
 
 def cache(pages, fmt="mxfp4", d=128):
@@ -84,6 +93,8 @@ def paged():
         lambda: idsa.paged_indexer_topk(q, c, w, bt, ints(4001), 512))
     run("paged_indexer_topk B=1 ctx=3 topk=37 (> visible)", lambda: idsa.paged_indexer_topk(q, c, w, bt, ints(3), 37))
     run("paged_indexer_logits B=1 L=4096 ctx=4001", lambda: idsa.paged_indexer_logits(q, c, w, bt, ints(4001)))
+    run("paged_indexer_topk cache at an odd address, page stride + 3 B (byte loads)",
+        lambda: idsa.paged_indexer_topk(q, odd_copy(c, 1, 3), w, bt, ints(4001), 512))
     q2, w2 = rnd(3, 2, 8, 128), rnd(3, 2, 8, dtype=torch.float32)
     bt2 = torch.arange(9, dtype=torch.int32, device=DEV).view(3, 3)
     zero = ints(0, 0, 0)

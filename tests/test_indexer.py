@@ -87,6 +87,16 @@ def test_logits_quantised(kind, gen):
     _assert_logits(out, reference.indexer_logits(qq, kk, w, ks, ke), _tol(kind))
 
 
+def test_logits_misaligned_mxfp4_keys(gen):
+    # MXFP4 codes are read as 32-bit words; codes at an odd address take the byte-load path
+    q, k, w = _inputs(gen, 13, 45, 8, 64)
+    codes, scales = _dev(*formats.mxfp4_encode(k))
+    odd = torch.empty(codes.numel() + 1, dtype=torch.uint8, device=DEVICE)[1:].view(codes.shape).copy_(codes)
+    assert odd.data_ptr() % 4
+    qd, wd = _dev(q, w)
+    assert torch.equal(idsa.indexer_logits(qd, (odd, scales), wd), idsa.indexer_logits(qd, (codes, scales), wd))
+
+
 def _assert_topk(vals, idx, ref, topk, tol=1e-5):
     vals, idx = vals.cpu(), idx.cpu()
     assert vals.dtype == torch.float32 and idx.dtype == torch.int32

@@ -13,6 +13,7 @@ import os
 from dataclasses import dataclass, field
 
 import torch
+import triton.language as tl
 
 
 @dataclass(frozen=True)
@@ -50,6 +51,17 @@ def logits_config(target: str, mxfp4_k: bool) -> IndexerConfig:
     return INDEXER_LOGITS[target]
 
 
+# MXFP4 keys (decode.mxfp4_rows_mma) are decoded and block-scaled as packed bf16 pairs on targets
+# with a native bf16x2 multiply, else in fp32 and truncated to bf16 (exact either way). Paged score
+# loop, instructions per 64-row block (AOT): sm90 453 as bf16 (HMUL2), 556 as fp32 (the per-element
+# decode before: 813); gfx942 (no packed bf16 multiply, no bf16 convert) 288 as fp32 (before: 474).
+BF16_DECODE = ("sm90",)
+
+
+def decode_dtype(target: str):
+    return tl.bfloat16 if target in BF16_DECODE else tl.float32
+
+
 @dataclass(frozen=True)
 class SelectConfig:
     num_warps: int
@@ -69,10 +81,9 @@ TARGETS = ("gfx942", "sm90")
 
 
 def launch_options(cfg, target: str) -> dict:
-    """Triton launch options of a config: warps, stages, and on gfx942 its AMD-only knobs."""
+    """Triton launch options of a config: warps, stages and its target's own knobs (``extra``)."""
     opts = dict(num_warps=cfg.num_warps, num_stages=cfg.num_stages)
-    if target == "gfx942":
-        opts.update(cfg.extra)
+    opts.update(cfg.extra)
     return opts
 
 
@@ -137,7 +148,10 @@ SPARSE_ATTENTION = {
 # and BOTH decode the whole MXFP4 key tile (SASS: 64 I2FP per thread x 256 threads for 8192 codes);
 # the score loop is issue-bound (ncu: 231 M instructions for B=64, L=32768), so one warpgroup at
 # 4 CTAs/SM halves it: H200, torch 2.11 + triton 3.6, B=64 L=32768 N=1 logits 449 -> 229 us,
-# top-512 596 -> 443 us. Select/merge: 4 warps. split_min: H200 B=1 top-512 (do_bench, launch
+# top-512 596 -> 443 us. Select/merge: 4 warps. After the packed MXFP4 decode (profiler, kernel
+# time, B=64 L=32768 / B=128 L=65536 / B=8 L=262144): scores 140/543/139 us at 2 stages, 133/516/131
+# at 4; chunk select, 4-bit digits: 69/279/77 us (1024-element chunks: 65/245/70, but the unsplit
+# select spills 12 B on sm90) vs 8-bit 73/314/93. split_min: H200 B=1 top-512 (do_bench, launch
 # gaps included), L=1088: 2 chunks 456 us vs one 196 us; L=2048: 431 vs 201; L=4096: 268 vs 153.
 
 @dataclass(frozen=True)
@@ -154,12 +168,13 @@ class PagedConfig:
     split_min: int = 0  # contexts of at most this many rows are never split: at small batch the
                         # split's two extra launches (filter, merge) cost more than they save
     merge_warps: int = 4
-    extra: dict = field(default_factory=dict)  # backend-specific knobs (gfx942 only)
+    bits: int = 8       # radix digit width of the chunk select and the final merge
+    extra: dict = field(default_factory=dict)  # backend-specific knobs
 
 
 PAGED = {
-    "sm90": PagedConfig(bn=64, rows=128, num_warps=4, num_stages=2, progs_per_sm=4,
-                        chunk_min=1024, chunk_max=8192, ch=512, logits_rows=1024, split_min=2048),
+    "sm90": PagedConfig(bn=64, rows=128, num_warps=4, num_stages=4, progs_per_sm=4,
+                        chunk_min=1024, chunk_max=8192, ch=512, logits_rows=1024, split_min=2048, bits=4),
     "gfx942": PagedConfig(bn=64, rows=256, num_warps=8, num_stages=2, progs_per_sm=2,
                           chunk_min=1024, chunk_max=8192, ch=512, logits_rows=1024, split_min=2048,
                           extra={"matrix_instr_nonkdim": 16}),

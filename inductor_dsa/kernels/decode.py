@@ -42,20 +42,85 @@ def e8m0_half_to_f32(s):
 
 
 @triton.jit
-def load_mxfp4_rows(codes_ptr, scale_ptr, code_off, scale_off, row_mask, R: tl.constexpr, D: tl.constexpr):
-    """Decode R rows of D MXFP4 elements to float32 [R, D].
+def load_mxfp4(codes_ptr, scale_ptr, code_off, scale_off, row_mask, cols):
+    """Elements ``cols`` (int32 [C], any order) of R MXFP4 rows, decoded to float32 [R, C].
 
     code_off / scale_off: int64 [R] element offsets of each row's first code byte / scale byte.
     Byte i of a row holds element 2i in its low nibble and element 2i+1 in its high nibble.
-    Each element is (2 * E2M1) * (scale / 2): the halving is folded into the per-block scale.
+    Each element is (2 * E2M1) * (scale / 2): the halving is folded into the block scale.
     """
-    c = tl.load(codes_ptr + code_off[:, None] + tl.arange(0, D // 2)[None, :],
-                mask=row_mask[:, None], other=0).to(tl.int32)
-    codes = tl.reshape(tl.join(c & 15, c >> 4), (R, D))
-    s = tl.load(scale_ptr + scale_off[:, None] + tl.arange(0, D // 32)[None, :],
-                mask=row_mask[:, None], other=127).to(tl.int32)
-    vals = tl.reshape(e2m1_twice_to_f32(codes), (R, D // 32, 32)) * e8m0_half_to_f32(s)[:, :, None]
-    return tl.reshape(vals, (R, D))
+    c = tl.load(codes_ptr + code_off[:, None] + (cols // 2)[None, :], mask=row_mask[:, None], other=0).to(tl.int32)
+    code = (c >> (4 * (cols % 2))[None, :]) & 15
+    s = tl.load(scale_ptr + scale_off[:, None] + (cols // 32)[None, :], mask=row_mask[:, None], other=127).to(tl.int32)
+    return e2m1_twice_to_f32(code) * e8m0_half_to_f32(s)
+
+
+@triton.jit
+def e2m1_pairs(x, SHIFT: tl.constexpr):
+    """Two E2M1 codes of each uint32 word x, at bits SHIFT..SHIFT+3 and 16+SHIFT.., as the bits of two
+    bf16 (low half, high half) holding E2M1 * 2**-126: code sign to bit 15, magnitude bits e:m to
+    bits 8-6, so e > 0 is the normal 2**(e - 127) * (1 + m/2) and e = 0 the subnormal m * 2**-127."""
+    if SHIFT > 6:
+        mag = (x >> (SHIFT - 6)) & 0x01C001C0
+    else:
+        mag = (x << (6 - SHIFT)) & 0x01C001C0
+    return mag | ((x << (12 - SHIFT)) & 0x80008000)
+
+
+@triton.jit
+def mxfp4_rows_mma(codes_ptr, scale_ptr, code_off, scale_off, row_mask, R: tl.constexpr, D: tl.constexpr,
+                   OUT: tl.constexpr, ALIGNED: tl.constexpr):
+    """R rows of D MXFP4 elements as OUT (bf16, or fp32 where bf16 arithmetic is unavailable:
+    the interpreter) [R, D], the columns permuted as ``mma_k_cols`` says.
+
+    A row's D/2 code bytes are read as D/8 little-endian uint32 words (ALIGNED: one load each, the
+    row start must be 4-byte aligned; else assembled from bytes); word W holds element 8W + j in nibble j, and each pair (i, i + 4) becomes one bf16 pair, the low and
+    high half of a 32-bit word, with two shifts and two masks (``e2m1_pairs``): exactly
+    E2M1 * 2**-126. The block scale 2**(s - 127) * 2**126 = 2**(s - 1) then multiplies as
+    2**(min(s, 128) - 1) * 2**(max(s, 128) - 128), both factors representable (255 -> NaN), so
+    every product is exact. On sm90 the column order gives each thread the 16 bytes of its wgmma
+    A fragment as one 128-bit load (lane l % 4 of a row holds k = 2l, 2l + 1 (+ 8) of each 16-wide
+    k step), and the decoded pairs are the MMA's packed bf16 registers: no layout shuffle.
+    """
+    NW: tl.constexpr = D // 8
+    NB: tl.constexpr = D // 32
+    if ALIGNED:
+        words = codes_ptr.to(tl.pointer_type(tl.uint32), bitcast=True)
+        x = tl.load(words + (code_off // 4)[:, None] + tl.arange(0, NW)[None, :], mask=row_mask[:, None], other=0)
+    else:
+        byte = tl.arange(0, 4)[None, None, :]
+        b = tl.load(codes_ptr + code_off[:, None, None] + 4 * tl.arange(0, NW)[None, :, None] + byte,
+                    mask=row_mask[:, None, None], other=0)
+        x = tl.sum(b.to(tl.uint32) << (8 * byte).to(tl.uint32), axis=2)
+    pairs = tl.join(tl.join(e2m1_pairs(x, 0), e2m1_pairs(x, 4)), tl.join(e2m1_pairs(x, 8), e2m1_pairs(x, 12)))
+    s = tl.load(scale_ptr + scale_off[:, None] + tl.arange(0, NB)[None, :], mask=row_mask[:, None],
+                other=127).to(tl.int32)
+    f1 = (tl.minimum(s, 128) + 126) << 7  # bf16 bits
+    f2 = tl.where(s == 255, 0x7FC0, (tl.maximum(s, 128) - 1) << 7)
+    if OUT == tl.bfloat16:
+        v = tl.join((pairs >> 16).to(tl.int16), pairs.to(tl.int16)).to(tl.bfloat16, bitcast=True)
+        f1 = f1.to(tl.int16).to(tl.bfloat16, bitcast=True)
+        f2 = f2.to(tl.int16).to(tl.bfloat16, bitcast=True)
+    else:
+        v = tl.join(pairs & 0xFFFF0000, pairs << 16).to(tl.float32, bitcast=True)
+        f1 = (f1 << 16).to(tl.float32, bitcast=True)
+        f2 = (f2 << 16).to(tl.float32, bitcast=True)
+    # v [R, NW, h, i, e]: element 8W + 4(1 - e) + 2i + h; words 4b .. 4b+3 share block b's scale
+    v = tl.reshape(v, (R, NB, 4, 2, 2, 2)) * f1[:, :, None, None, None, None] * f2[:, :, None, None, None, None]
+    v = tl.permute(tl.reshape(v, (R, 4, NB, 2, 2, 2)), (0, 2, 4, 3, 1, 5))
+    return tl.reshape(v, (R, D))
+
+
+@triton.jit
+def mma_k_cols(D: tl.constexpr):
+    """int32 [D]: the element held by each column of ``mxfp4_rows_mma``. Column 16t + 8h + 2l + e,
+    t = 2w + i (l < 4, w < D/32, i, h, e < 2), holds element 8W + 4(1 - e) + 2i + h of word
+    W = (D/32) l + w (pair 2i + h of the word, its high half first). Loading the other operand of
+    the dot at these columns makes the dot over the permuted columns equal the original one."""
+    p = tl.arange(0, D)
+    t = p // 16
+    word = (D // 32) * ((p // 2) % 4) + t // 2
+    return 8 * word + 4 * (1 - p % 2) + 2 * (t % 2) + (p // 8) % 2
 
 
 @triton.jit

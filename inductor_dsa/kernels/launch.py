@@ -60,7 +60,8 @@ def _plan(q, q_scale, k, k_scale, weights, target: str):
     args = dict(q=qd, qx=qx, k=kd, kx=kx, w=weights,
                 sq_t=sq_t, sq_h=sq_h, sq_d=sq_d, sqx_t=sqx_t, sqx_h=sqx_h,
                 sk_k=sk_k, sk_d=sk_d, skx_k=skx_k, sw_t=weights.stride(0), sw_h=weights.stride(1),
-                Q_FMT=qf, K_FMT=kf, K_ROW_SCALE=fp8, FNUZ=fnuz, DOT_DTYPE=dot,
+                Q_FMT=qf, K_FMT=kf, K_ROW_SCALE=fp8, FNUZ=fnuz, DOT_DTYPE=dot, DEC_DTYPE=configs.decode_dtype(target),
+                ALIGNED=kf != FMT_MXFP4 or kd.data_ptr() % 4 == 0,  # MXFP4 codes: 32-bit word loads
                 D=q.shape[2] * (2 if kq == "mxfp4" else 1), HP=next_pow2(h))
     return args, h
 
@@ -152,7 +153,8 @@ def aot_variants(target: str, head_dim: int = 128, heads: int = 64, tokens: int 
             qp = qxp = kp = _FP8_PTR[target]
         pointers = dict(q=qp, qx=qxp, k=kp, kx=kxp, w="*bf16", k_start="*i32", k_end="*i32", out="*fp32")
         consts = dict(Q_FMT=qf, K_FMT=kf, K_ROW_SCALE=scaled, FNUZ=target == "gfx942" and scaled,
-                      DOT_DTYPE=_FP8_TL[target] if fp8 else tl.bfloat16, D=head_dim, HP=hp,
+                      DOT_DTYPE=_FP8_TL[target] if fp8 else tl.bfloat16, DEC_DTYPE=configs.decode_dtype(target),
+                      ALIGNED=True, D=head_dim, HP=hp,
                       BT=cfg.tokens(hp), BN=cfg.bn, FILL=True)
         sig = {a: ("constexpr" if a in consts else pointers.get(a, "i32")) for a in logits_kernel.arg_names}
         yield (f"indexer_logits[{fmt}] D={head_dim} H={heads}", logits_kernel, sig, consts,

@@ -9,8 +9,9 @@ bytes then 64 x 4 fp32-scale bytes). Every query token of a request sees the sam
 Score block (all kernels): a program holds the NT query tokens of one request with all their
 heads, Q^T [D, NT*HP] (the prefill ``_query_tile``), and streams blocks of BN key rows (BN divides
 the 64-row page, so one block-table read per block, prefetched a block ahead), loads the rows'
-bytes straight from their page, decodes them in registers (E2M1 nibble lookup x E8M0 scale, or e4m3 -> bf16 with the fp32 row scale after
-the dot) and runs the prefill ``_score_rows`` epilogue (dot, relu, x weights, head sum). No dense
+bytes straight from their page, decodes them in registers (MXFP4: ``decode.mxfp4_rows_mma``, whose
+permuted columns Q^T follows; FP8: e4m3 -> bf16 with the fp32 row scale after the dot) and runs
+the prefill ``_score_rows`` epilogue (dot, relu, x weights, head sum). No dense
 key copy, no [B, H, L] scores. Page ids outside [0, num_pages) and rows at or past
 ``clamp(context_lens[b], 0, max_len)`` are never loaded (masked loads; such a page id inside the
 context reads as a zero row, score 0), so no data value can cause an out-of-bounds access.
@@ -43,7 +44,7 @@ row, so the result equals a stable descending sort (the oracle), whatever the sp
 import triton
 import triton.language as tl
 
-from .decode import e4m3_bytes_to_f32, f32_to_key, load_mxfp4_rows
+from .decode import e4m3_bytes_to_f32, f32_to_key, mxfp4_rows_mma
 from .indexer import FMT_MXFP4, _query_tile, _score_rows, select_row
 
 PAGE = tl.constexpr(64)
@@ -76,12 +77,14 @@ def _page_rows(page, j0, jend, num_pages, skv, BN: tl.constexpr):
 def _paged_block(qT, wv, kv, page, j0, jend, num_pages, skv,
                  K_FMT: tl.constexpr, FNUZ: tl.constexpr, FP8_DTYPE: tl.constexpr,
                  NT: tl.constexpr, HP: tl.constexpr, BN: tl.constexpr, D: tl.constexpr,
-                 DOT_DTYPE: tl.constexpr):
+                 DOT_DTYPE: tl.constexpr, DEC_DTYPE: tl.constexpr, ALIGNED: tl.constexpr):
     """logits^T [BN, NT] of request-local rows j0 .. j0+BN-1, all in one page (rows >= jend score 0)."""
     ok, base, r = _page_rows(page, j0, jend, num_pages, skv, BN)
     if K_FMT == KV_MXFP4:
-        kt = load_mxfp4_rows(kv, kv, base + r * (D // 2), base + PAGE * (D // 2) + r * (D // 32), ok, BN, D)
-        blk = _score_rows(qT, wv, kt.to(DOT_DTYPE), None, NT, HP, BN, DOT_DTYPE)
+        kt = mxfp4_rows_mma(kv, kv, base + r * (D // 2), base + PAGE * (D // 2) + r * (D // 32), ok, BN, D,
+                            DEC_DTYPE, ALIGNED)
+        kt = kt.to(DOT_DTYPE, fp_downcast_rounding="rtz")  # exact values: truncation is exact, and cheap
+        blk = _score_rows(qT, wv, kt, None, NT, HP, BN, DOT_DTYPE)
     else:
         x = tl.load(kv + (base + r * D)[:, None] + tl.arange(0, D)[None, :], mask=ok[:, None], other=0)
         if K_FMT == KV_FP8:
@@ -96,15 +99,17 @@ def _paged_block(qT, wv, kv, page, j0, jend, num_pages, skv,
 
 
 @triton.jit
-def _request_queries(q, qx, w, t0, T, H: tl.constexpr, Q_FMT: tl.constexpr, FNUZ: tl.constexpr, NT: tl.constexpr,
-                     HP: tl.constexpr, D: tl.constexpr, DOT_DTYPE: tl.constexpr):
+def _request_queries(q, qx, w, t0, T, H: tl.constexpr, Q_FMT: tl.constexpr, K_FMT: tl.constexpr,
+                     FNUZ: tl.constexpr, NT: tl.constexpr, HP: tl.constexpr, D: tl.constexpr, DOT_DTYPE: tl.constexpr):
     """``_query_tile`` for contiguous q [B*N, H, D] (MXFP4: codes [.., D/2], scales [.., D/32])
-    and weights [B*N, H]: fewer runtime strides, fewer scalar registers."""
+    and weights [B*N, H]: fewer runtime strides, fewer scalar registers. With MXFP4 keys, Q^T's
+    rows are in the keys' ``mma_k_cols`` order."""
     if Q_FMT == FMT_MXFP4:
         qT, wv = _query_tile(q, qx, w, t0, T, H, H * (D // 2), D // 2, 1, H * (D // 32), D // 32, H, 1,
-                             Q_FMT, FNUZ, NT, HP, D, DOT_DTYPE)
+                             Q_FMT, FNUZ, NT, HP, D, DOT_DTYPE, K_FMT == KV_MXFP4)
     else:
-        qT, wv = _query_tile(q, qx, w, t0, T, H, H * D, D, 1, 0, 0, H, 1, Q_FMT, FNUZ, NT, HP, D, DOT_DTYPE)
+        qT, wv = _query_tile(q, qx, w, t0, T, H, H * D, D, 1, 0, 0, H, 1, Q_FMT, FNUZ, NT, HP, D, DOT_DTYPE,
+                             K_FMT == KV_MXFP4)
     return qT, wv
 
 
@@ -118,8 +123,9 @@ def _request(context_lens, b, max_pages):
 def paged_scores_kernel(q, qx, w, kv, block_table, context_lens, dst,
                         N, G, S, C, it0, n_items, max_pages, num_pages, skv, H: tl.constexpr,
                         Q_FMT: tl.constexpr, K_FMT: tl.constexpr, FNUZ: tl.constexpr,
-                        FP8_DTYPE: tl.constexpr, DOT_DTYPE: tl.constexpr, D: tl.constexpr,
-                        HP: tl.constexpr, NT: tl.constexpr, BN: tl.constexpr, TO_WS: tl.constexpr):
+                        FP8_DTYPE: tl.constexpr, DOT_DTYPE: tl.constexpr, DEC_DTYPE: tl.constexpr, D: tl.constexpr,
+                        HP: tl.constexpr, NT: tl.constexpr, BN: tl.constexpr, TO_WS: tl.constexpr,
+                        ALIGNED: tl.constexpr):
     """Scores of work item it0 + pid = (b, g, s): rows [s*C, (s+1)*C) of request b for its NT
     query tokens g*NT ... With TO_WS they go to workspace slot pid, dst[pid, t, j - s*C] (rows at
     or past the context are left unwritten); else to the logits dst[b*N + n, j] ([B*N, max_len]),
@@ -144,13 +150,13 @@ def paged_scores_kernel(q, qx, w, kv, block_table, context_lens, dst,
             tm = (n0 + tt) < N
         if c1 > c0:
             qT, wv = _request_queries(q, qx, w, b * N + n0, b * N + tl.minimum(N, n0 + NT), H,
-                                      Q_FMT, FNUZ, NT, HP, D, DOT_DTYPE)
+                                      Q_FMT, K_FMT, FNUZ, NT, HP, D, DOT_DTYPE)
             bt_row = block_table + b.to(tl.int64) * max_pages
             page = _page_id(bt_row, c0, c1)
             for j0 in range(c0, c1, BN):
                 nxt = _page_id(bt_row, j0 + BN, c1)  # prefetched one block ahead
                 blk = _paged_block(qT, wv, kv, page, j0, c1, num_pages, skv,
-                                   K_FMT, FNUZ, FP8_DTYPE, NT, HP, BN, D, DOT_DTYPE)
+                                   K_FMT, FNUZ, FP8_DTYPE, NT, HP, BN, D, DOT_DTYPE, DEC_DTYPE, ALIGNED)
                 j = (j0 + tl.arange(0, BN))[:, None]
                 tl.store(out + j, blk, mask=tm[None, :] & (j < c1))
                 page = nxt
@@ -165,7 +171,7 @@ def paged_scores_kernel(q, qx, w, kv, block_table, context_lens, dst,
 @triton.jit
 def paged_select_kernel(ws, context_lens, part_v, part_i, hist, N, G, S, C, it0, n_items, max_pages,
                         NT: tl.constexpr, KP: tl.constexpr, KP_P2: tl.constexpr, CH: tl.constexpr,
-                        SPLIT: tl.constexpr):
+                        SPLIT: tl.constexpr, BITS: tl.constexpr):
     """One program per (work item it0 + pid // NT, token pid % NT) of a wave: top-KP of the chunk's
     scores in workspace slot pid // NT into part[(b*N + n) * S + s] (KP slots). Without SPLIT
     (S == 1) part is the final sorted, padded output; with SPLIT the list is unsorted, in row
@@ -186,7 +192,7 @@ def paged_select_kernel(ws, context_lens, part_v, part_i, hist, N, G, S, C, it0,
             dst = (row * S + s) * KP
             # S = 1 resolves every digit: with the early exit ptxas spills 8 B here on sm90
             select_row(ws + pid.to(tl.int64) * C - c0, c0, c1, part_v + dst, part_i + dst, KP, KP_P2, CH,
-                       not SPLIT, EARLY_EXIT=SPLIT)
+                       not SPLIT, BITS=BITS, EARLY_EXIT=SPLIT)
             if SPLIT:
                 tl.debug_barrier()
                 p = tl.arange(0, KP_P2)
@@ -233,7 +239,7 @@ def paged_filter_kernel(part_v, part_i, hist, cnt, context_lens, N, S, C, max_pa
 @triton.jit
 def paged_final_kernel(part_v, part_i, cnt, cand_v, cand_i, out_v, out_i, S,
                        KP: tl.constexpr, TOPK: tl.constexpr, TOPK_P2: tl.constexpr, CH: tl.constexpr,
-                       S_P2: tl.constexpr, WC: tl.constexpr):
+                       S_P2: tl.constexpr, WC: tl.constexpr, BITS: tl.constexpr):
     """One program per token row: concatenate its S filtered lists (row order kept) into
     cand[row] and select the final sorted, padded top-TOPK from them."""
     row = tl.program_id(0).to(tl.int64)
@@ -251,7 +257,7 @@ def paged_final_kernel(part_v, part_i, cnt, cand_v, cand_i, out_v, out_i, S,
         tl.store(cand_i + src + off[:, None] + i[None, :], pi, mask=m)
     tl.debug_barrier()
     select_row(cand_v + src, 0, total, out_v + row * TOPK, out_i + row * TOPK, TOPK, TOPK_P2, CH,
-               True, cand_i + src)
+               True, cand_i + src, BITS)
 
 
 @triton.jit

@@ -72,7 +72,7 @@ def _dot_dtype(target: str):
     return tl.float32 if target == "interpreter" else tl.bfloat16
 
 
-def _common(q, q_scale, weights, kv_cache, block_table, fmt, fp8_flavor, target, rows):
+def _common(q, q_scale, weights, kv_cache, block_table, fmt, fp8_flavor, target, cfg):
     """Kernel arguments shared by the logits and top-k kernels, plus (B, N, G, NT)."""
     b, n, h = q.shape[:3]
     mx = q_scale is not None
@@ -80,13 +80,14 @@ def _common(q, q_scale, weights, kv_cache, block_table, fmt, fp8_flavor, target,
     qx = q_scale.reshape(b * n, h, q_scale.shape[3]).contiguous() if mx else qd
     w = weights.reshape(b * n, h).contiguous()
     d = q.shape[3] * (2 if mx else 1)
-    hp, nt, g = tiles(n, h, rows)
+    hp, nt, g = tiles(n, h, cfg.rows)
     k_fmt, fnuz, fp8_dtype = _kv_format(fmt, fp8_flavor, target)
     args = dict(q=qd, qx=qx, w=w, kv=kv_cache, block_table=block_table.contiguous(),
                 N=n, H=h, G=g, max_pages=block_table.shape[1], num_pages=kv_cache.shape[0],
                 skv=kv_cache.stride(0),
                 Q_FMT=(FMT_MXFP4 if mx else FMT_TENSOR).value, K_FMT=k_fmt, FNUZ=fnuz, FP8_DTYPE=fp8_dtype,
-                DOT_DTYPE=_dot_dtype(target), D=d, HP=hp, NT=nt)
+                DOT_DTYPE=_dot_dtype(target), DEC_DTYPE=configs.decode_dtype(target), D=d, HP=hp, NT=nt,
+                ALIGNED=fmt != "mxfp4" or (kv_cache.data_ptr() % 4 == 0 and kv_cache.stride(0) % 4 == 0))
     return args, b, n, g
 
 
@@ -99,7 +100,7 @@ def paged_logits(q, q_scale, kv_cache, weights, block_table, context_lens, fmt, 
     target = configs.target_for(q.device)
     cfg = configs.PAGED[target]
     _check_cfg(cfg)
-    args, b, n, g = _common(q, q_scale, weights, kv_cache, block_table, fmt, fp8_flavor, target, cfg.rows)
+    args, b, n, g = _common(q, q_scale, weights, kv_cache, block_table, fmt, fp8_flavor, target, cfg)
     max_len = block_table.shape[1] * PAGE_ROWS
     out = torch.empty((b, n, max_len), dtype=torch.float32, device=q.device)
     if b == 0 or n == 0 or max_len == 0:
@@ -119,7 +120,7 @@ def paged_topk(q, q_scale, kv_cache, weights, block_table, context_lens, topk, f
     target = configs.target_for(q.device)
     cfg = configs.PAGED[target]
     _check_cfg(cfg)
-    args, b, n, g = _common(q, q_scale, weights, kv_cache, block_table, fmt, fp8_flavor, target, cfg.rows)
+    args, b, n, g = _common(q, q_scale, weights, kv_cache, block_table, fmt, fp8_flavor, target, cfg)
     dev = q.device
     out_v = torch.empty((b, n, topk), dtype=torch.float32, device=dev)
     out_i = torch.empty((b, n, topk), dtype=torch.int32, device=dev)
@@ -151,7 +152,7 @@ def paged_topk(q, q_scale, kv_cache, weights, block_table, context_lens, topk, f
             BN=cfg.bn, TO_WS=True, **args, **configs.launch_options(cfg, target))
         paged_select_kernel[(wave * nt,)](
             ws, context_lens, part_v, part_i, hist, n, g, plan.splits, plan.chunk, it0, items,
-            block_table.shape[1], NT=nt, KP=plan.kp, KP_P2=kp_p2, CH=cfg.ch, SPLIT=split,
+            block_table.shape[1], NT=nt, KP=plan.kp, KP_P2=kp_p2, CH=cfg.ch, SPLIT=split, BITS=cfg.bits,
             num_warps=cfg.merge_warps)
     if not split:
         return out_v, out_i
@@ -167,7 +168,7 @@ def paged_topk(q, q_scale, kv_cache, weights, block_table, context_lens, topk, f
     paged_final_kernel[(rows,)](
         part_v, part_i, cnt, cand_v, cand_i, out_v, out_i, plan.splits,
         KP=plan.kp, TOPK=topk, TOPK_P2=next_pow2(topk), CH=cfg.ch,
-        S_P2=s_p2, WC=max(1, FINAL_TILE // s_p2), num_warps=cfg.merge_warps)
+        S_P2=s_p2, WC=max(1, FINAL_TILE // s_p2), BITS=cfg.bits, num_warps=cfg.merge_warps)
     return out_v, out_i
 
 
@@ -210,7 +211,8 @@ def aot_variants(target: str, head_dim: int = 128, heads: int = 64):
         for n_tok in (1, 2, 4):
             hp, nt, _ = tiles(n_tok, heads, cfg.rows)
             base = dict(H=heads, Q_FMT=FMT_TENSOR.value, K_FMT=k_fmt, FNUZ=fnuz, FP8_DTYPE=fp8_dtype,
-                        DOT_DTYPE=tl.bfloat16, D=head_dim, HP=hp, NT=nt, BN=cfg.bn)
+                        DOT_DTYPE=tl.bfloat16, DEC_DTYPE=configs.decode_dtype(target), D=head_dim, HP=hp, NT=nt,
+                        BN=cfg.bn, ALIGNED=True)
             tag = f"{fmt}{'-' + flavor if fmt == 'fp8' else ''} N={n_tok} D={head_dim} H={heads}"
             for to_ws in (False, True):
                 consts = dict(base, TO_WS=to_ws)
@@ -220,7 +222,7 @@ def aot_variants(target: str, head_dim: int = 128, heads: int = 64):
     mopts = dict(num_warps=cfg.merge_warps)
     for nt in (1, 4):
         for topk, split in ((512, False), (1024, True), (2048, True)):
-            consts = dict(NT=nt, KP=topk, KP_P2=next_pow2(topk), CH=cfg.ch, SPLIT=split)
+            consts = dict(NT=nt, KP=topk, KP_P2=next_pow2(topk), CH=cfg.ch, SPLIT=split, BITS=cfg.bits)
             sig = {a: ("constexpr" if a in consts else ptr.get(a, "i32")) for a in paged_select_kernel.arg_names}
             yield (f"paged_select[NT={nt} topk={topk}{' split' if split else ''}]", paged_select_kernel, sig,
                    consts, mopts, _aligned(paged_select_kernel, sig))
@@ -233,7 +235,7 @@ def aot_variants(target: str, head_dim: int = 128, heads: int = 64):
         yield f"paged_merge_filter[topk={topk}]", paged_filter_kernel, sig, consts, mopts, _aligned(paged_filter_kernel, sig)
         s_p2 = 256
         consts = dict(KP=topk, TOPK=topk, TOPK_P2=next_pow2(topk), CH=cfg.ch, S_P2=s_p2,
-                      WC=max(1, FINAL_TILE // s_p2))
+                      WC=max(1, FINAL_TILE // s_p2), BITS=cfg.bits)
         sig = {a: ("constexpr" if a in consts else
                    ("*fp32" if a.endswith("_v") else ("*i32" if a in ("part_i", "cand_i", "out_i", "cnt") else "i32")))
                for a in paged_final_kernel.arg_names}
