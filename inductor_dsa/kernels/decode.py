@@ -70,13 +70,13 @@ def e2m1_pairs(x, SHIFT: tl.constexpr):
 @triton.jit
 def mxfp4_rows_mma(codes_ptr, scale_ptr, code_off, scale_off, row_mask, R: tl.constexpr, D: tl.constexpr,
                    OUT: tl.constexpr, ALIGNED: tl.constexpr):
-    """R rows of D MXFP4 elements as OUT (bf16, or fp32 where bf16 arithmetic is unavailable:
-    the interpreter) [R, D], the columns permuted as ``mma_k_cols`` says.
+    """R rows of D MXFP4 elements as OUT [R, D], the columns permuted as ``mma_k_cols`` says. OUT is
+    bf16 where packed bf16 multiplies are native (sm90), else fp32 (gfx942, the interpreter).
 
     A row's D/2 code bytes are read as D/8 little-endian uint32 words (ALIGNED: one load each, the
-    row start must be 4-byte aligned; else assembled from bytes); word W holds element 8W + j in nibble j, and each pair (i, i + 4) becomes one bf16 pair, the low and
-    high half of a 32-bit word, with two shifts and two masks (``e2m1_pairs``): exactly
-    E2M1 * 2**-126. The block scale 2**(s - 127) * 2**126 = 2**(s - 1) then multiplies as
+    row start must be 4-byte aligned; else assembled from bytes). Word W holds element 8W + j in
+    nibble j; elements i and i + 4 become one bf16 pair, the low and high half of a 32-bit word,
+    with two shifts and two masks (``e2m1_pairs``): exactly E2M1 * 2**-126. The block scale 2**(s - 127) * 2**126 = 2**(s - 1) then multiplies as
     2**(min(s, 128) - 1) * 2**(max(s, 128) - 128), both factors representable (255 -> NaN), so
     every product is exact. On sm90 the column order gives each thread the 16 bytes of its wgmma
     A fragment as one 128-bit load (lane l % 4 of a row holds k = 2l, 2l + 1 (+ 8) of each 16-wide
