@@ -5,7 +5,7 @@ import triton
 import triton.language as tl
 
 from inductor_dsa import formats
-from inductor_dsa.kernels.decode import e4m3_bytes_to_f32, load_mxfp4, mma_k_cols, mxfp4_rows_mma
+from inductor_dsa.kernels.decode import e4m3_bytes_to_f32, load_mxfp4_rows, mma_k_cols, mxfp4_rows_mma
 from conftest import DEVICE
 
 
@@ -97,7 +97,7 @@ def test_bad_format_arguments():
 @triton.jit
 def _decode_mxfp4_kernel(codes, scales, out, R: tl.constexpr, D: tl.constexpr):
     r = tl.arange(0, R)
-    x = load_mxfp4(codes, scales, (r * (D // 2)).to(tl.int64), (r * (D // 32)).to(tl.int64), r < R, tl.arange(0, D))
+    x = load_mxfp4_rows(codes, scales, (r * (D // 2)).to(tl.int64), (r * (D // 32)).to(tl.int64), r < R, R, D)
     tl.store(out + r[:, None] * D + tl.arange(0, D)[None, :], x)
 
 

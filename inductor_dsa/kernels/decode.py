@@ -42,17 +42,20 @@ def e8m0_half_to_f32(s):
 
 
 @triton.jit
-def load_mxfp4(codes_ptr, scale_ptr, code_off, scale_off, row_mask, cols):
-    """Elements ``cols`` (int32 [C], any order) of R MXFP4 rows, decoded to float32 [R, C].
+def load_mxfp4_rows(codes_ptr, scale_ptr, code_off, scale_off, row_mask, R: tl.constexpr, D: tl.constexpr):
+    """Decode R rows of D MXFP4 elements to float32 [R, D], columns in order.
 
     code_off / scale_off: int64 [R] element offsets of each row's first code byte / scale byte.
     Byte i of a row holds element 2i in its low nibble and element 2i+1 in its high nibble.
-    Each element is (2 * E2M1) * (scale / 2): the halving is folded into the block scale.
+    Each element is (2 * E2M1) * (scale / 2): the halving is folded into the per-block scale.
     """
-    c = tl.load(codes_ptr + code_off[:, None] + (cols // 2)[None, :], mask=row_mask[:, None], other=0).to(tl.int32)
-    code = (c >> (4 * (cols % 2))[None, :]) & 15
-    s = tl.load(scale_ptr + scale_off[:, None] + (cols // 32)[None, :], mask=row_mask[:, None], other=127).to(tl.int32)
-    return e2m1_twice_to_f32(code) * e8m0_half_to_f32(s)
+    c = tl.load(codes_ptr + code_off[:, None] + tl.arange(0, D // 2)[None, :],
+                mask=row_mask[:, None], other=0).to(tl.int32)
+    codes = tl.reshape(tl.join(c & 15, c >> 4), (R, D))
+    s = tl.load(scale_ptr + scale_off[:, None] + tl.arange(0, D // 32)[None, :],
+                mask=row_mask[:, None], other=127).to(tl.int32)
+    vals = tl.reshape(e2m1_twice_to_f32(codes), (R, D // 32, 32)) * e8m0_half_to_f32(s)[:, :, None]
+    return tl.reshape(vals, (R, D))
 
 
 @triton.jit

@@ -25,7 +25,7 @@ go to the lowest columns) and sorts them with a bitonic sort of (key << 32 | ~co
 import triton
 import triton.language as tl
 
-from .decode import e4m3_bytes_to_f32, f32_to_key, key_to_f32, load_mxfp4, mma_k_cols, mxfp4_rows_mma
+from .decode import e4m3_bytes_to_f32, f32_to_key, key_to_f32, load_mxfp4_rows, mma_k_cols, mxfp4_rows_mma
 
 FMT_TENSOR = tl.constexpr(0)     # plain floating tensor (bf16 / fp16 / fp32 / native fp8), loaded as is
 FMT_MXFP4 = tl.constexpr(1)      # uint8 codes + E8M0 scales, decoded to fp32 in registers
@@ -33,10 +33,14 @@ FMT_FP8_BYTES = tl.constexpr(2)  # e4m3 bytes decoded arithmetically (targets wi
 
 
 @triton.jit
-def _load_rows(ptr, xptr, off, xoff, mask, sd, FMT: tl.constexpr, FNUZ: tl.constexpr, cols):
-    """Elements ``cols`` (int32 [C]) of rows starting at element offsets ``off`` (MXFP4 scales at ``xoff``)."""
+def _load_rows(ptr, xptr, off, xoff, mask, sd, FMT: tl.constexpr, FNUZ: tl.constexpr,
+               R: tl.constexpr, D: tl.constexpr, cols=None):
+    """R rows of D elements starting at element offsets ``off`` (MXFP4 scales at ``xoff``); a
+    plain or FP8 row can be read at element columns ``cols`` (int32 [D]) instead of in order."""
+    if cols is None:
+        cols = tl.arange(0, D)
     if FMT == FMT_MXFP4:
-        x = load_mxfp4(ptr, xptr, off, xoff, mask, cols)
+        x = load_mxfp4_rows(ptr, xptr, off, xoff, mask, R, D)
     elif FMT == FMT_FP8_BYTES:
         x = tl.load(ptr + off[:, None] + cols[None, :] * sd, mask=mask[:, None], other=0)
         x = e4m3_bytes_to_f32(x.to(tl.int32), FNUZ)
@@ -48,20 +52,25 @@ def _load_rows(ptr, xptr, off, xoff, mask, sd, FMT: tl.constexpr, FNUZ: tl.const
 @triton.jit
 def _query_tile(q, qx, w, t0, T, H, sq_t, sq_h, sq_d, sqx_t, sqx_h, sw_t, sw_h,
                 Q_FMT: tl.constexpr, FNUZ: tl.constexpr, BT: tl.constexpr, HP: tl.constexpr,
-                D: tl.constexpr, DOT_DTYPE: tl.constexpr, K_ORDER: tl.constexpr):
-    """(Q^T [D, BT*HP] in the dot dtype, weights [BT*HP] fp32) for tokens t0 .. t0+BT-1; with
-    K_ORDER (MXFP4 keys) row c of Q^T is element ``mma_k_cols(D)[c]``, the keys' column order."""
+                D: tl.constexpr, DOT_DTYPE: tl.constexpr, K_ORDER: tl.constexpr, DEC_DTYPE: tl.constexpr):
+    """(Q^T [D, BT*HP] in the dot dtype, weights [BT*HP] fp32) for tokens t0 .. t0+BT-1. With
+    K_ORDER (MXFP4 keys) row c of Q^T is element ``mma_k_cols(D)[c]``, the keys' column order:
+    an MXFP4 query goes through the keys' own decoder (byte loads: it is read once), a plain one
+    is loaded at those columns."""
     r = tl.arange(0, BT * HP)
     t = (t0 + r // HP).to(tl.int64)
     h = r % HP
     m = (t < T) & (h < H)
-    if K_ORDER:
-        cols = mma_k_cols(D)
+    if K_ORDER and Q_FMT == FMT_MXFP4:
+        x = mxfp4_rows_mma(q, qx, t * sq_t + h * sq_h, t * sqx_t + h * sqx_h, m, BT * HP, D, DEC_DTYPE, False)
+        x = x.to(DOT_DTYPE, fp_downcast_rounding="rtz")  # exact values
+    elif K_ORDER:
+        x = _load_rows(q, qx, t * sq_t + h * sq_h, t * sqx_t + h * sqx_h, m, sq_d, Q_FMT, FNUZ, BT * HP, D,
+                       mma_k_cols(D)).to(DOT_DTYPE)
     else:
-        cols = tl.arange(0, D)
-    x = _load_rows(q, qx, t * sq_t + h * sq_h, t * sqx_t + h * sqx_h, m, sq_d, Q_FMT, FNUZ, cols)
+        x = _load_rows(q, qx, t * sq_t + h * sq_h, t * sqx_t + h * sqx_h, m, sq_d, Q_FMT, FNUZ, BT * HP, D)
+        x = x.to(DOT_DTYPE)
     wv = tl.load(w + t * sw_t + h * sw_h, mask=m, other=0.0).to(tl.float32)
-    x = x.to(DOT_DTYPE)
     return tl.trans(x), wv
 
 
@@ -96,7 +105,7 @@ def _score_block(qT, wv, k, kx, j0, K, sk_k, sk_d, skx_k,
         kt = mxfp4_rows_mma(k, kx, j64 * sk_k, j64 * skx_k, jm, BN, D, DEC_DTYPE, ALIGNED)
         kt = kt.to(DOT_DTYPE, fp_downcast_rounding="rtz")  # exact values: truncation is exact, and cheap
     else:
-        kt = _load_rows(k, kx, j64 * sk_k, j64 * skx_k, jm, sk_d, K_FMT, FNUZ, tl.arange(0, D)).to(DOT_DTYPE)
+        kt = _load_rows(k, kx, j64 * sk_k, j64 * skx_k, jm, sk_d, K_FMT, FNUZ, BN, D).to(DOT_DTYPE)
     if K_ROW_SCALE:
         blk = _score_rows(qT, wv, kt, tl.load(kx + j64 * skx_k, mask=jm, other=0.0), BT, HP, BN, DOT_DTYPE)
     else:
@@ -130,7 +139,7 @@ def logits_kernel(q, qx, k, kx, w, k_start, k_end, out, T, K, H, row0,
     row's range; with FILL, -inf elsewhere (without, masked columns are left unwritten)."""
     t0 = row0 + tl.program_id(0) * BT
     qT, wv = _query_tile(q, qx, w, t0, T, H, sq_t, sq_h, sq_d, sqx_t, sqx_h, sw_t, sw_h,
-                         Q_FMT, FNUZ, BT, HP, D, DOT_DTYPE, K_FMT == FMT_MXFP4)
+                         Q_FMT, FNUZ, BT, HP, D, DOT_DTYPE, K_FMT == FMT_MXFP4, DEC_DTYPE)
     t, tm, s, e, lo, hi = _tile_ranges(k_start, k_end, t0, T, K, BT, BN)
     row = out + (t - row0).to(tl.int64)[None, :] * so_t
     for j0 in range(lo, hi, BN):
