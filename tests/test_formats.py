@@ -124,7 +124,7 @@ def _decode_mxfp4_mma_kernel(codes, scales, out, order, R: tl.constexpr, D: tl.c
                              ALIGNED: tl.constexpr):
     r = tl.arange(0, R)
     x = mxfp4_rows_mma(codes, scales, (r * (D // 2)).to(tl.int64), (r * (D // 32)).to(tl.int64), r < R, R, D, OUT,
-                       ALIGNED)
+                       ALIGNED, OUT)
     tl.store(out + r[:, None] * D + tl.arange(0, D)[None, :], x.to(tl.float32))
     tl.store(order + tl.arange(0, D), mma_k_cols(D))
 

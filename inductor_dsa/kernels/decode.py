@@ -72,9 +72,10 @@ def e2m1_pairs(x, SHIFT: tl.constexpr):
 
 @triton.jit
 def mxfp4_rows_mma(codes_ptr, scale_ptr, code_off, scale_off, row_mask, R: tl.constexpr, D: tl.constexpr,
-                   OUT: tl.constexpr, ALIGNED: tl.constexpr):
-    """R rows of D MXFP4 elements as OUT [R, D], the columns permuted as ``mma_k_cols`` says. OUT is
-    bf16 where packed bf16 multiplies are native (sm90), else fp32 (gfx942, the interpreter).
+                   OUT: tl.constexpr, ALIGNED: tl.constexpr, DOT: tl.constexpr):
+    """R rows of D MXFP4 elements as DOT [R, D], the columns permuted as ``mma_k_cols`` says. They
+    are computed in OUT: bf16 where packed bf16 multiplies are native (sm90), else fp32 (gfx942,
+    the interpreter), then truncated to DOT (exact values: truncation is exact, and one instruction).
 
     A row's D/2 code bytes are read as D/8 little-endian uint32 words (ALIGNED: one load each, the
     row start must be 4-byte aligned; else assembled from bytes). Word W holds element 8W + j in
@@ -111,7 +112,7 @@ def mxfp4_rows_mma(codes_ptr, scale_ptr, code_off, scale_off, row_mask, R: tl.co
     # v [R, NW, h, i, e]: element 8W + 4(1 - e) + 2i + h; words 4b .. 4b+3 share block b's scale
     v = tl.reshape(v, (R, NB, 4, 2, 2, 2)) * f1[:, :, None, None, None, None] * f2[:, :, None, None, None, None]
     v = tl.permute(tl.reshape(v, (R, 4, NB, 2, 2, 2)), (0, 2, 4, 3, 1, 5))
-    return tl.reshape(v, (R, D))
+    return tl.reshape(v, (R, D)).to(DOT, fp_downcast_rounding="rtz")
 
 
 @triton.jit

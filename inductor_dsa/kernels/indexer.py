@@ -62,8 +62,8 @@ def _query_tile(q, qx, w, t0, T, H, sq_t, sq_h, sq_d, sqx_t, sqx_h, sw_t, sw_h,
     h = r % HP
     m = (t < T) & (h < H)
     if K_ORDER and Q_FMT == FMT_MXFP4:
-        x = mxfp4_rows_mma(q, qx, t * sq_t + h * sq_h, t * sqx_t + h * sqx_h, m, BT * HP, D, DEC_DTYPE, False)
-        x = x.to(DOT_DTYPE, fp_downcast_rounding="rtz")  # exact values
+        x = mxfp4_rows_mma(q, qx, t * sq_t + h * sq_h, t * sqx_t + h * sqx_h, m, BT * HP, D, DEC_DTYPE, False,
+                           DOT_DTYPE)
     elif K_ORDER:
         x = _load_rows(q, qx, t * sq_t + h * sq_h, t * sqx_t + h * sqx_h, m, sq_d, Q_FMT, FNUZ, BT * HP, D,
                        mma_k_cols(D)).to(DOT_DTYPE)
@@ -102,8 +102,7 @@ def _score_block(qT, wv, k, kx, j0, K, sk_k, sk_d, skx_k,
     jm = j < K
     j64 = j.to(tl.int64)
     if K_FMT == FMT_MXFP4:
-        kt = mxfp4_rows_mma(k, kx, j64 * sk_k, j64 * skx_k, jm, BN, D, DEC_DTYPE, ALIGNED)
-        kt = kt.to(DOT_DTYPE, fp_downcast_rounding="rtz")  # exact values: truncation is exact, and cheap
+        kt = mxfp4_rows_mma(k, kx, j64 * sk_k, j64 * skx_k, jm, BN, D, DEC_DTYPE, ALIGNED, DOT_DTYPE)
     else:
         kt = _load_rows(k, kx, j64 * sk_k, j64 * skx_k, jm, sk_d, K_FMT, FNUZ, BN, D).to(DOT_DTYPE)
     if K_ROW_SCALE:

@@ -82,8 +82,7 @@ def _paged_block(qT, wv, kv, page, j0, jend, num_pages, skv,
     ok, base, r = _page_rows(page, j0, jend, num_pages, skv, BN)
     if K_FMT == KV_MXFP4:
         kt = mxfp4_rows_mma(kv, kv, base + r * (D // 2), base + PAGE * (D // 2) + r * (D // 32), ok, BN, D,
-                            DEC_DTYPE, ALIGNED)
-        kt = kt.to(DOT_DTYPE, fp_downcast_rounding="rtz")  # exact values: truncation is exact, and cheap
+                            DEC_DTYPE, ALIGNED, DOT_DTYPE)
         blk = _score_rows(qT, wv, kt, None, NT, HP, BN, DOT_DTYPE)
     else:
         x = tl.load(kv + (base + r * D)[:, None] + tl.arange(0, D)[None, :], mask=ok[:, None], other=0)
