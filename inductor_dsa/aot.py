@@ -7,8 +7,10 @@ Each variant is specialised as a V4-sized launch would be (integer arguments equ
 become constants, multiples of 16 get divisibility hints), so software pipelining and
 vector widths match the real kernels. For each variant it prints registers, spills, LDS / shared-memory bytes, whether the
 matrix instructions are used (``v_mfma`` on gfx942, ``wgmma`` on sm90) and an occupancy
-estimate (waves per SIMD on gfx942, CTAs per SM on sm90). Exit status 1 on any spill,
-LDS/shared overflow, missing matrix instruction, or compile error.
+estimate (waves per SIMD on gfx942, CTAs per SM on sm90). Exit status 1 on any spill
+(more than ``--spill-budget`` bytes), LDS/shared overflow, missing matrix instruction, or
+compile error. It reports for the installed Triton; CI runs it with the newest and the oldest
+supported one (3.6, paired with torch 2.11), whose passes and register allocation differ.
 """
 from __future__ import annotations
 
@@ -42,9 +44,9 @@ class Report:
 
     needs_matrix: bool = True
 
-    def ok(self, target: str) -> bool:
+    def ok(self, target: str, spill_budget: int = 0) -> bool:
         matrix_ok = self.matrix or not self.needs_matrix
-        return not self.error and self.spills == 0 and self.lds <= LDS_LIMIT[target] and matrix_ok
+        return not self.error and self.spills <= spill_budget and self.lds <= LDS_LIMIT[target] and matrix_ok
 
 
 def _field(text: str, key: str) -> int:
@@ -123,13 +125,13 @@ def compile_variant(target: str, name, fn, signature, constexprs, options, spec=
     return rep
 
 
-def run(target: str, only: str | None = None) -> list[Report]:
+def run(target: str, only: str | None = None, spill_budget: int = 0) -> list[Report]:
     reports = []
     for name, fn, sig, consts, opts, spec in aot_variants(target):
         if only and only not in name:
             continue
         rep = compile_variant(target, name, fn, sig, consts, opts, spec)
-        status = "ok" if rep.ok(target) else "FAIL"
+        status = "ok" if rep.ok(target, spill_budget) else "FAIL"
         print(f"{status:4} {name:58} regs={rep.regs:<4} spills={rep.spills:<4} lds={rep.lds:<6} "
               f"{'mfma' if target == 'gfx942' else 'wgmma'}={'yes' if rep.matrix else ('NO' if rep.needs_matrix else '-')} "
               f"{rep.occupancy}{'  ' + rep.error if rep.error else ''}", flush=True)
@@ -141,10 +143,14 @@ def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("target", choices=sorted(TARGETS))
     ap.add_argument("--only", help="compile only variants whose name contains this")
+    ap.add_argument("--spill-budget", type=int, default=0, metavar="BYTES",
+                    help="pass variants spilling at most this many bytes (an older Triton's allocation)")
     args = ap.parse_args(argv)
-    reports = run(args.target, args.only)
-    bad = [r.name for r in reports if not r.ok(args.target)]
-    print(f"{len(reports) - len(bad)}/{len(reports)} {args.target} variants clean")
+    reports = run(args.target, args.only, args.spill_budget)
+    bad = [r.name for r in reports if not r.ok(args.target, args.spill_budget)]
+    budget = f", spills <= {args.spill_budget} B" if args.spill_budget else ""
+    print(f"{len(reports) - len(bad)}/{len(reports)} {args.target} variants clean "
+          f"(triton {triton.__version__}{budget})")
     return 1 if bad or not reports else 0
 
 

@@ -52,17 +52,19 @@ def _load_rows(ptr, xptr, off, xoff, mask, sd, FMT: tl.constexpr, FNUZ: tl.const
 @triton.jit
 def _query_tile(q, qx, w, t0, T, H, sq_t, sq_h, sq_d, sqx_t, sqx_h, sw_t, sw_h,
                 Q_FMT: tl.constexpr, FNUZ: tl.constexpr, BT: tl.constexpr, HP: tl.constexpr,
-                D: tl.constexpr, DOT_DTYPE: tl.constexpr, K_ORDER: tl.constexpr, DEC_DTYPE: tl.constexpr):
+                D: tl.constexpr, DOT_DTYPE: tl.constexpr, K_ORDER: tl.constexpr):
     """(Q^T [D, BT*HP] in the dot dtype, weights [BT*HP] fp32) for tokens t0 .. t0+BT-1. With
     K_ORDER (MXFP4 keys) row c of Q^T is element ``mma_k_cols(D)[c]``, the keys' column order:
-    an MXFP4 query goes through the keys' own decoder (byte loads: it is read once), a plain one
-    is loaded at those columns."""
+    an MXFP4 query goes through the keys' own decoder (byte loads: it is read once; fp32 then a
+    cast: with the decoder's bf16 output feeding tl.trans directly, triton 3.6's sm90
+    OptimizeDotOperands folds the permute into an illegal shared layout), a plain one is loaded
+    at those columns."""
     r = tl.arange(0, BT * HP)
     t = (t0 + r // HP).to(tl.int64)
     h = r % HP
     m = (t < T) & (h < H)
     if K_ORDER and Q_FMT == FMT_MXFP4:
-        x = mxfp4_rows_mma(q, qx, t * sq_t + h * sq_h, t * sqx_t + h * sqx_h, m, BT * HP, D, DEC_DTYPE, False,
+        x = mxfp4_rows_mma(q, qx, t * sq_t + h * sq_h, t * sqx_t + h * sqx_h, m, BT * HP, D, tl.float32, False,
                            DOT_DTYPE)
     elif K_ORDER:
         x = _load_rows(q, qx, t * sq_t + h * sq_h, t * sqx_t + h * sqx_h, m, sq_d, Q_FMT, FNUZ, BT * HP, D,
@@ -138,7 +140,7 @@ def logits_kernel(q, qx, k, kx, w, k_start, k_end, out, T, K, H, row0,
     row's range; with FILL, -inf elsewhere (without, masked columns are left unwritten)."""
     t0 = row0 + tl.program_id(0) * BT
     qT, wv = _query_tile(q, qx, w, t0, T, H, sq_t, sq_h, sq_d, sqx_t, sqx_h, sw_t, sw_h,
-                         Q_FMT, FNUZ, BT, HP, D, DOT_DTYPE, K_FMT == FMT_MXFP4, DEC_DTYPE)
+                         Q_FMT, FNUZ, BT, HP, D, DOT_DTYPE, K_FMT == FMT_MXFP4)
     t, tm, s, e, lo, hi = _tile_ranges(k_start, k_end, t0, T, K, BT, BN)
     row = out + (t - row0).to(tl.int64)[None, :] * so_t
     for j0 in range(lo, hi, BN):

@@ -99,17 +99,16 @@ def _paged_block(qT, wv, kv, page, j0, jend, num_pages, skv,
 
 @triton.jit
 def _request_queries(q, qx, w, t0, T, H: tl.constexpr, Q_FMT: tl.constexpr, K_FMT: tl.constexpr,
-                     FNUZ: tl.constexpr, NT: tl.constexpr, HP: tl.constexpr, D: tl.constexpr, DOT_DTYPE: tl.constexpr,
-                     DEC_DTYPE: tl.constexpr):
+                     FNUZ: tl.constexpr, NT: tl.constexpr, HP: tl.constexpr, D: tl.constexpr, DOT_DTYPE: tl.constexpr):
     """``_query_tile`` for contiguous q [B*N, H, D] (MXFP4: codes [.., D/2], scales [.., D/32])
     and weights [B*N, H]: fewer runtime strides, fewer scalar registers. With MXFP4 keys, Q^T's
     rows are in the keys' ``mma_k_cols`` order."""
     if Q_FMT == FMT_MXFP4:
         qT, wv = _query_tile(q, qx, w, t0, T, H, H * (D // 2), D // 2, 1, H * (D // 32), D // 32, H, 1,
-                             Q_FMT, FNUZ, NT, HP, D, DOT_DTYPE, K_FMT == KV_MXFP4, DEC_DTYPE)
+                             Q_FMT, FNUZ, NT, HP, D, DOT_DTYPE, K_FMT == KV_MXFP4)
     else:
         qT, wv = _query_tile(q, qx, w, t0, T, H, H * D, D, 1, 0, 0, H, 1, Q_FMT, FNUZ, NT, HP, D, DOT_DTYPE,
-                             K_FMT == KV_MXFP4, DEC_DTYPE)
+                             K_FMT == KV_MXFP4)
     return qT, wv
 
 
@@ -150,7 +149,7 @@ def paged_scores_kernel(q, qx, w, kv, block_table, context_lens, dst,
             tm = (n0 + tt) < N
         if c1 > c0:
             qT, wv = _request_queries(q, qx, w, b * N + n0, b * N + tl.minimum(N, n0 + NT), H,
-                                      Q_FMT, K_FMT, FNUZ, NT, HP, D, DOT_DTYPE, DEC_DTYPE)
+                                      Q_FMT, K_FMT, FNUZ, NT, HP, D, DOT_DTYPE)
             bt_row = block_table + b.to(tl.int64) * max_pages
             page = _page_id(bt_row, c0, c1)
             for j0 in range(c0, c1, BN):
