@@ -22,3 +22,10 @@ def device():
 def gen():
     """A fresh, seeded generator per test: random inputs, reproducible failures."""
     return torch.Generator().manual_seed(torch.initial_seed() % 2**31)
+
+
+def misaligned_copy(x, offset=1, pad=0):
+    """x [R, C] copied to byte ``offset`` of a buffer whose rows are ``pad`` elements longer: the
+    same values at an address / row stride that need not be 4-byte aligned."""
+    buf = torch.empty(x.numel() + x.shape[0] * pad + offset, dtype=x.dtype, device=x.device)
+    return buf[offset:].view(x.shape[0], x.shape[1] + pad)[:, :x.shape[1]].copy_(x)

@@ -4,7 +4,7 @@ import torch
 
 import inductor_dsa as idsa
 from inductor_dsa import formats, reference
-from conftest import DEVICE
+from conftest import DEVICE, misaligned_copy
 
 
 def _inputs(gen, t, n, h, d, dtype=torch.bfloat16):
@@ -91,7 +91,7 @@ def test_logits_misaligned_mxfp4_keys(gen):
     # MXFP4 codes are read as 32-bit words; codes at an odd address take the byte-load path
     q, k, w = _inputs(gen, 13, 45, 8, 64)
     codes, scales = _dev(*formats.mxfp4_encode(k))
-    odd = torch.empty(codes.numel() + 1, dtype=torch.uint8, device=DEVICE)[1:].view(codes.shape).copy_(codes)
+    odd = misaligned_copy(codes)
     assert odd.data_ptr() % 4
     qd, wd = _dev(q, w)
     assert torch.equal(idsa.indexer_logits(qd, (odd, scales), wd), idsa.indexer_logits(qd, (codes, scales), wd))

@@ -13,7 +13,7 @@ import torch
 import inductor_dsa as idsa
 from inductor_dsa import checks, formats, reference
 from inductor_dsa.kernels import configs, paged_launch
-from conftest import DEVICE
+from conftest import DEVICE, misaligned_copy
 
 PAGE = formats.PAGE_ROWS
 TARGET = "interpreter" if DEVICE == "cpu" else None
@@ -213,18 +213,12 @@ def test_logits_match_oracle(fmt, flavor, gen):
     assert (out.double() - ref)[fin].abs().max() <= 1e-5 * ref[fin].abs().max()
 
 
-def _misaligned(c, offset, pad):
-    """The same pages at byte ``offset`` of a buffer whose page rows are ``pad`` bytes longer."""
-    buf = torch.empty(c.numel() + c.shape[0] * pad + offset, dtype=c.dtype, device=c.device)
-    return buf[offset:].view(c.shape[0], c.shape[1] + pad)[:, :c.shape[1]].copy_(c)
-
-
 @pytest.mark.parametrize("offset,pad", [(1, 0), (2, 0), (0, 3)])
 def test_misaligned_mxfp4_cache(offset, pad, gen):
     # MXFP4 codes are read as 32-bit words; a cache view that is not 4-byte aligned (address or
     # page stride) takes the byte-load path and must give the same result, bit for bit
     q, cache, w, bt, ctx = _dev(make_case(gen, ctx=[5, 190, 64, 130]))
-    odd = _misaligned(cache, offset, pad)
+    odd = misaligned_copy(cache, offset, pad)
     assert odd.data_ptr() % 4 or odd.stride(0) % 4
     assert torch.equal(idsa.paged_indexer_logits(q, odd, w, bt, ctx), idsa.paged_indexer_logits(q, cache, w, bt, ctx))
     for a, b in zip(idsa.paged_indexer_topk(q, odd, w, bt, ctx, 40), idsa.paged_indexer_topk(q, cache, w, bt, ctx, 40)):
