@@ -168,7 +168,7 @@ def paged_topk(q, q_scale, kv_cache, weights, block_table, context_lens, topk, f
     paged_final_kernel[(rows,)](
         part_v, part_i, cnt, cand_v, cand_i, out_v, out_i, plan.splits,
         KP=plan.kp, TOPK=topk, TOPK_P2=next_pow2(topk), CH=cfg.ch,
-        S_P2=s_p2, WC=max(1, FINAL_TILE // s_p2), BITS=cfg.bits, num_warps=cfg.merge_warps)
+        S_P2=s_p2, WC=max(1, FINAL_TILE // s_p2), BITS=cfg.bits, num_warps=cfg.final_warps)
     return out_v, out_i
 
 
@@ -239,8 +239,8 @@ def aot_variants(target: str, head_dim: int = 128, heads: int = 64):
         sig = {a: ("constexpr" if a in consts else
                    ("*fp32" if a.endswith("_v") else ("*i32" if a in ("part_i", "cand_i", "out_i", "cnt") else "i32")))
                for a in paged_final_kernel.arg_names}
-        yield (f"paged_merge_final[topk={topk} S<=256]", paged_final_kernel, sig, consts, mopts,
-               _aligned(paged_final_kernel, sig))
+        yield (f"paged_merge_final[topk={topk} S<=256]", paged_final_kernel, sig, consts,
+               dict(num_warps=cfg.final_warps), _aligned(paged_final_kernel, sig))
     consts = dict(A=head_dim // 2, SB=head_dim // 32, GR=GATHER_ROWS)
     sig = {a: ("constexpr" if a in consts else
                ("*u8" if a in ("kv", "out_a", "out_s") else ("*i32" if a in ("block_table", "context_lens") else
