@@ -139,10 +139,10 @@ def test_split_heuristic(monkeypatch):
     assert launch.sparse_attention_splits(torch.device("cpu"), cfg, 1, 4096) == 1
     monkeypatch.setattr(configs, "multiprocessors", lambda index: 132)
     cuda = torch.device("cuda", 0)
-    got = {p: launch.sparse_attention_splits(cuda, cfg, p, 1152) for p in (16, 64, 100, 128, 4096)}
-    assert got == {16: 4, 64: 2, 100: 1, 128: 1, 4096: 1}           # split only below one wave
+    got = {p: launch.sparse_attention_splits(cuda, cfg, p, 1152) for p in (1, 16, 32, 64, 100, 128, 4096)}
+    assert got == {1: 8, 16: 8, 32: 4, 64: 2, 100: 1, 128: 1, 4096: 1}  # fill one wave, split only below it
     assert launch.sparse_attention_splits(cuda, cfg, 64, 2 * 2 * cfg.bn - 1) == 1  # >= 2 tiles per split
-    assert launch.sparse_attention_splits(cuda, cfg, 1, 640) == 1  # batch-1 decode: too little work
+    assert launch.sparse_attention_splits(cuda, cfg, 1, 640) == 640 // (2 * cfg.bn)  # batch-1 decode, top-640
 
 
 @pytest.mark.parametrize("gather", [0, 1, 2])

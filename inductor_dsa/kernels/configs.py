@@ -119,10 +119,9 @@ class SparseAttentionConfig:
     num_warps: int
     num_stages: int
     gather: int = 1    # 0 sync, 1 tile i+1 prefetched into registers, 2 loop-carried indices (see _attend)
-    max_splits: int = 4  # split-KV programs per (query, head block) when the grid is too small
-    split_min_slots: int = 16384  # ... and programs x topk at least this: a tiny grid's kernel is
-                                  # shorter than the combine launch (H200, B=1 M=1 top-640:
-                                  # unsplit 51 us, 4 splits 65 us incl. the combine)
+    max_splits: int = 8  # split-KV programs per (query, head block) when the grid is too small: a
+                         # program is latency-bound (H200, top-1152: ~85 us whether 1 or 64 run),
+                         # so a small grid gains until one wave is full (B=1: 85 -> 33 us at 8)
     extra: dict = field(default_factory=dict)  # backend-specific knobs
 
 
