@@ -134,8 +134,11 @@ def paged_topk(q, q_scale, kv_cache, weights, block_table, context_lens, topk, f
     items = b * g * plan.splits
     nprog = max(1, min(items, nprog_max))  # programs per wave = workspace slots
     nt, rows = args["NT"], b * n
-    ws = torch.empty((nprog, nt * plan.chunk), dtype=torch.float32, device=dev)
     split = plan.splits > 1
+    listed = rows * plan.splits * plan.kp if split else 0  # entries of one partial-list array
+    # the score workspace is dead after the last wave: the final merge's candidate copy reuses it
+    ws_all = torch.empty(max(nprog * nt * plan.chunk, 2 * listed), dtype=torch.float32, device=dev)
+    ws = ws_all[:nprog * nt * plan.chunk].view(nprog, nt * plan.chunk)
     if stats is not None:
         stats.update(plan=plan, programs=nprog)
     if split:
@@ -162,8 +165,8 @@ def paged_topk(q, q_scale, kv_cache, weights, block_table, context_lens, topk, f
         KP=plan.kp, KP_P2=kp_p2, num_warps=cfg.merge_warps)
     if stats is not None:
         stats.update(candidates=cnt)
-    cand_v = torch.empty_like(part_v)
-    cand_i = torch.empty_like(part_i)
+    cand_v = ws_all[:listed].view(part_v.shape)
+    cand_i = ws_all[listed:2 * listed].view(torch.int32).view(part_i.shape)
     s_p2 = next_pow2(plan.splits)
     paged_final_kernel[(rows,)](
         part_v, part_i, cnt, cand_v, cand_i, out_v, out_i, plan.splits,
