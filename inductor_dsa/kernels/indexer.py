@@ -63,15 +63,14 @@ def _query_tile(q, qx, w, t0, T, H, sq_t, sq_h, sq_d, sqx_t, sqx_h, sw_t, sw_h,
     t = (t0 + r // HP).to(tl.int64)
     h = r % HP
     m = (t < T) & (h < H)
+    off = t * sq_t + h * sq_h
+    xoff = t * sqx_t + h * sqx_h
     if K_ORDER and Q_FMT == FMT_MXFP4:
-        x = mxfp4_rows_mma(q, qx, t * sq_t + h * sq_h, t * sqx_t + h * sqx_h, m, BT * HP, D, tl.float32, False,
-                           DOT_DTYPE)
+        x = mxfp4_rows_mma(q, qx, off, xoff, m, BT * HP, D, tl.float32, False, DOT_DTYPE)
     elif K_ORDER:
-        x = _load_rows(q, qx, t * sq_t + h * sq_h, t * sqx_t + h * sqx_h, m, sq_d, Q_FMT, FNUZ, BT * HP, D,
-                       mma_k_cols(D)).to(DOT_DTYPE)
+        x = _load_rows(q, qx, off, xoff, m, sq_d, Q_FMT, FNUZ, BT * HP, D, mma_k_cols(D)).to(DOT_DTYPE)
     else:
-        x = _load_rows(q, qx, t * sq_t + h * sq_h, t * sqx_t + h * sqx_h, m, sq_d, Q_FMT, FNUZ, BT * HP, D)
-        x = x.to(DOT_DTYPE)
+        x = _load_rows(q, qx, off, xoff, m, sq_d, Q_FMT, FNUZ, BT * HP, D).to(DOT_DTYPE)
     wv = tl.load(w + t * sw_t + h * sw_h, mask=m, other=0.0).to(tl.float32)
     return tl.trans(x), wv
 

@@ -138,7 +138,7 @@ def paged_topk(q, q_scale, kv_cache, weights, block_table, context_lens, topk, f
     listed = rows * plan.splits * plan.kp if split else 0  # entries of one partial-list array
     # the score workspace is dead after the last wave: the final merge's candidate copy reuses it
     ws_all = torch.empty(max(nprog * nt * plan.chunk, 2 * listed), dtype=torch.float32, device=dev)
-    ws = ws_all[:nprog * nt * plan.chunk].view(nprog, nt * plan.chunk)
+    ws = ws_all[:nprog * nt * plan.chunk].view(nprog, -1)
     if stats is not None:
         stats.update(plan=plan, programs=nprog)
     if split:
