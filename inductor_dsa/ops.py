@@ -1,9 +1,12 @@
 """torch.library ops in namespace ``inductor_dsa``, with fake (meta) implementations.
 
-They are ``custom_op``s: opaque to Inductor, called by name from its generated code
-(``torch.ops.inductor_dsa.*``). ``triton_op`` would let Inductor see the Triton kernel,
-but its decomposition cannot run Triton's CPU interpreter inside torch.compile (see
-docs/design.md); nothing useful fuses into a top-k, so opacity costs nothing here.
+They are opaque to Inductor, called by name from its generated code (``torch.ops.inductor_dsa.*``).
+``triton_op`` would let Inductor see the Triton kernel, but its decomposition cannot run
+Triton's CPU interpreter inside torch.compile (see docs/design.md); nothing useful fuses into
+a top-k, so opacity costs nothing here. They are registered on a plain ``torch.library.Library``
+(``_op``), not as ``torch.library.custom_op``: the dispatcher then calls the kernel function
+directly, without custom_op's Python autograd and aliasing wrappers, which cost ~10 us per call
+on a fast host and more on a slow one (decode calls are host-bound, see BENCHMARKS.md).
 
 Dispatch: CUDA/ROCm tensors run the Triton kernels; CPU tensors run the same kernels
 under ``TRITON_INTERPRET=1`` and the float64 reference otherwise.
@@ -21,6 +24,23 @@ from .kernels import configs
 TOPK_FUSED_MAX = 2048  # larger top-k: logits kernel, then a device sort
 
 
+_LIB = torch.library.Library("inductor_dsa", "DEF")
+
+
+def _op(fn):
+    """Define ``inductor_dsa::<fn.__name__>`` with the schema of fn's annotations and fn as its
+    kernel on every device (CompositeExplicitAutograd); returns ``torch.ops.inductor_dsa.<name>``."""
+    name = fn.__name__
+    _LIB.define(name + torch.library.infer_schema(fn, mutates_args=()))
+    _LIB.impl(name, fn, "CompositeExplicitAutograd")
+    return getattr(torch.ops.inductor_dsa, name)
+
+
+def _fake(op):
+    """Decorator: the fake (meta) implementation of ``op``, used while tracing."""
+    return torch.library.register_fake(op._qualified_op_name)
+
+
 def _use_kernels(device: torch.device) -> bool:
     return device.type != "cpu" or configs.interpreting()
 
@@ -29,7 +49,7 @@ def _pair(x, xs):
     return x if xs is None else (x, xs)
 
 
-@torch.library.custom_op("inductor_dsa::indexer_logits", mutates_args=())
+@_op
 def indexer_logits(q: Tensor, q_scale: Optional[Tensor], k: Tensor, k_scale: Optional[Tensor],
                    weights: Tensor, k_start: Tensor, k_end: Tensor) -> Tensor:
     checks.indexer(q, q_scale, k, k_scale, weights)
@@ -39,12 +59,12 @@ def indexer_logits(q: Tensor, q_scale: Optional[Tensor], k: Tensor, k_scale: Opt
     return reference.indexer_logits(_pair(q, q_scale), _pair(k, k_scale), weights, k_start, k_end).float()
 
 
-@indexer_logits.register_fake
+@_fake(indexer_logits)
 def _(q, q_scale, k, k_scale, weights, k_start, k_end):
     return q.new_empty((q.shape[0], k.shape[0]), dtype=torch.float32)
 
 
-@torch.library.custom_op("inductor_dsa::indexer_topk", mutates_args=())
+@_op
 def indexer_topk(q: Tensor, q_scale: Optional[Tensor], k: Tensor, k_scale: Optional[Tensor],
                  weights: Tensor, k_start: Tensor, k_end: Tensor, topk: int) -> tuple[Tensor, Tensor]:
     checks.indexer(q, q_scale, k, k_scale, weights)
@@ -56,13 +76,13 @@ def indexer_topk(q: Tensor, q_scale: Optional[Tensor], k: Tensor, k_scale: Optio
     return reference.logits_topk(logits, topk, k_start, k_end)
 
 
-@indexer_topk.register_fake
+@_fake(indexer_topk)
 def _(q, q_scale, k, k_scale, weights, k_start, k_end, topk):
     shape = (q.shape[0], topk)
     return q.new_empty(shape, dtype=torch.float32), q.new_empty(shape, dtype=torch.int32)
 
 
-@torch.library.custom_op("inductor_dsa::logits_topk", mutates_args=())
+@_op
 def logits_topk(logits: Tensor, k_start: Tensor, k_end: Tensor, topk: int) -> tuple[Tensor, Tensor]:
     """Top-k of given fp32 logits [T, K] over k_start[t] <= j < k_end[t] (the select of indexer_topk)."""
     checks.logits(logits)
@@ -73,13 +93,13 @@ def logits_topk(logits: Tensor, k_start: Tensor, k_end: Tensor, topk: int) -> tu
     return reference.logits_topk(logits, topk, k_start, k_end)
 
 
-@logits_topk.register_fake
+@_fake(logits_topk)
 def _(logits, k_start, k_end, topk):
     shape = (logits.shape[0], topk)
     return logits.new_empty(shape), logits.new_empty(shape, dtype=torch.int32)
 
 
-@torch.library.custom_op("inductor_dsa::sparse_attention", mutates_args=())
+@_op
 def sparse_attention(q: Tensor, kv: Tensor, indices: Tensor, sink: Optional[Tensor],
                      scale: float) -> tuple[Tensor, Tensor]:
     """(out [B, M, H, D] q.dtype, lse fp32 [B, M, H]); index values outside [-1, N) are treated as -1 here."""
@@ -92,7 +112,7 @@ def sparse_attention(q: Tensor, kv: Tensor, indices: Tensor, sink: Optional[Tens
     return out.to(q.dtype), lse.float()
 
 
-@sparse_attention.register_fake
+@_fake(sparse_attention)
 def _(q, kv, indices, sink, scale):
     return torch.empty_like(q, memory_format=torch.contiguous_format), q.new_empty(q.shape[:3], dtype=torch.float32)
 
@@ -103,7 +123,7 @@ def _paged_len(block_table: Tensor) -> int:
     return block_table.shape[1] * formats.PAGE_ROWS
 
 
-@torch.library.custom_op("inductor_dsa::paged_indexer_logits", mutates_args=())
+@_op
 def paged_indexer_logits(q: Tensor, q_scale: Optional[Tensor], kv_cache: Tensor, weights: Tensor,
                          block_table: Tensor, context_lens: Tensor, fmt: str, fp8_flavor: str) -> Tensor:
     checks.paged(q, q_scale, kv_cache, weights, block_table, context_lens, fmt, fp8_flavor)
@@ -114,12 +134,12 @@ def paged_indexer_logits(q: Tensor, q_scale: Optional[Tensor], kv_cache: Tensor,
                                           fmt, fp8_flavor).float()
 
 
-@paged_indexer_logits.register_fake
+@_fake(paged_indexer_logits)
 def _(q, q_scale, kv_cache, weights, block_table, context_lens, fmt, fp8_flavor):
     return q.new_empty((q.shape[0], q.shape[1], _paged_len(block_table)), dtype=torch.float32)
 
 
-@torch.library.custom_op("inductor_dsa::paged_indexer_topk", mutates_args=())
+@_op
 def paged_indexer_topk(q: Tensor, q_scale: Optional[Tensor], kv_cache: Tensor, weights: Tensor,
                        block_table: Tensor, context_lens: Tensor, topk: int, fmt: str,
                        fp8_flavor: str) -> tuple[Tensor, Tensor]:
@@ -137,13 +157,13 @@ def paged_indexer_topk(q: Tensor, q_scale: Optional[Tensor], kv_cache: Tensor, w
     return vals.reshape(b, n, topk), idx.reshape(b, n, topk)
 
 
-@paged_indexer_topk.register_fake
+@_fake(paged_indexer_topk)
 def _(q, q_scale, kv_cache, weights, block_table, context_lens, topk, fmt, fp8_flavor):
     shape = (q.shape[0], q.shape[1], topk)
     return q.new_empty(shape, dtype=torch.float32), q.new_empty(shape, dtype=torch.int32)
 
 
-@torch.library.custom_op("inductor_dsa::paged_gather", mutates_args=())
+@_op
 def paged_gather(kv_cache: Tensor, block_table: Tensor, context_lens: Tensor, total_rows: int,
                  fmt: str) -> tuple[Tensor, Tensor, Tensor, Tensor]:
     info = checks.paged_cache(kv_cache, block_table, context_lens, fmt, "fn")
@@ -155,7 +175,7 @@ def paged_gather(kv_cache: Tensor, block_table: Tensor, context_lens: Tensor, to
     return reference.paged_gather(kv_cache, block_table, context_lens, fmt, info["D"], total_rows)
 
 
-@paged_gather.register_fake
+@_fake(paged_gather)
 def _(kv_cache, block_table, context_lens, total_rows, fmt):
     from .formats import row_bytes
     a, s = row_bytes(fmt, checks.paged_cache(kv_cache, block_table, context_lens, fmt, "fn")["D"])
