@@ -4,13 +4,17 @@
 
 Cases: H=64, D=128, MXFP4 paged cache (68 B per row, 64-row pages, pages shuffled), N query
 tokens per request (default 1), context_lens = L minus a few rows (odd lengths).
-"ours, CUDA graph" replays our op captured in a graph (GPU time without Python launch overhead;
-the plain row includes it). "eager" is the serving-engine fallback: gather cache[block_table], dequantise to bf16, bmm,
-relu, x weights, head sum, mask, topk. "torch.compile" compiles that same function in this
-process. Floor = max(bytes / copy bandwidth, flops / bf16 peak) with bytes = visible cache rows
-+ q + weights + block table + outputs and flops = 2*N*H*D per visible (token, row) pair.
-Peak MiB = peak device memory allocated during one call beyond what was allocated before it
-(outputs included). Works with torch >= 2.11 and triton >= 3.6.
+"ours" calls the public op with check_values=False, as compiled code does (no host sync; Python
+and launch overhead included); "ours, CUDA graph" replays it captured in a graph (GPU time
+without launch overhead); "+ value checks (sync)" passes check_values=True, the eager API's
+default outside benchmarks (common.py turns it off): context_lens / block_table are read back
+to the host before launching (checks.paged_values). "eager" is the serving-engine fallback:
+gather cache[block_table], dequantise to bf16, bmm, relu, x weights, head sum, mask, topk.
+"torch.compile" compiles that same function in this process. Floor = max(bytes / copy
+bandwidth, flops / bf16 peak) with bytes = visible cache rows + q + weights + block table +
+outputs and flops = 2*N*H*D per visible (token, row) pair. Peak MiB = peak device memory
+allocated during one call beyond what was allocated before it (outputs included).
+Works with torch >= 2.11 and triton >= 3.6.
 """
 from __future__ import annotations
 
@@ -25,7 +29,7 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from common import CEILINGS, DEVICE, env_line, peak_extra_bytes, table, time_ms, write_json  # noqa: E402
+from common import CEILINGS, DEVICE, env_line, graphed, peak_extra_bytes, table, time_ms, write_json  # noqa: E402
 import inductor_dsa  # noqa: E402
 from inductor_dsa import reference  # noqa: E402
 from inductor_dsa.kernels import configs, paged_launch  # noqa: E402
@@ -67,21 +71,6 @@ def eager_bytes(b, n, length):
     """Rough peak of the eager chain: gathered pages, int codes x2, bf16 values, keys, scores x3."""
     rows = b * length
     return rows * ROW + rows * D * (4 + 2 + 2 + 2) + 3 * b * n * H * length * 2 + b * n * length * 4
-
-
-def graphed(fn):
-    """fn captured in a CUDA graph; returns its replay (GPU time without Python launch overhead)."""
-    side = torch.cuda.Stream()
-    side.wait_stream(torch.cuda.current_stream())
-    with torch.cuda.stream(side):
-        fn()
-    torch.cuda.current_stream().wait_stream(side)
-    graph = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(graph):
-        out = fn()
-    def replay(keep=(graph, out)):  # the default argument keeps the graph and its outputs alive
-        graph.replay()
-    return replay
 
 
 def make_case(b, length, n=1, seed=0):
@@ -138,13 +127,16 @@ def bench_case(name, b, length, topk, n, args, ceil):
     plan = stats["plan"]
     print(f"  plan: {plan.splits} chunk(s) of {plan.chunk} rows per request, {stats['programs']} programs per wave")
     ok = check(q, cache, w, bt, ctx, topk, idx, (0, b - 1) if b > 1 else (0,))
-    row("ours: paged top-k", lambda: inductor_dsa.paged_indexer_topk(q, cache, w, bt, ctx, topk),
+    row("ours: paged top-k", lambda: inductor_dsa.paged_indexer_topk(q, cache, w, bt, ctx, topk, check_values=False),
         dict(check=ok, splits=plan.splits, chunk=plan.chunk, programs=stats["programs"]))
     if DEVICE == "cuda":
         row("ours: paged top-k, CUDA graph",
             graphed(lambda: inductor_dsa.paged_indexer_topk(q, cache, w, bt, ctx, topk)), peak=False)
+    row("ours: top-k + value checks (sync)",
+        lambda: inductor_dsa.paged_indexer_topk(q, cache, w, bt, ctx, topk, check_values=True), peak=False)
     if not args.quick:
-        row("ours: paged logits only", lambda: inductor_dsa.paged_indexer_logits(q, cache, w, bt, ctx))
+        row("ours: paged logits only",
+            lambda: inductor_dsa.paged_indexer_logits(q, cache, w, bt, ctx, check_values=False))
     free = torch.cuda.mem_get_info()[0] if DEVICE == "cuda" else float("inf")
     need = eager_bytes(b, n, length)
     if need > 0.7 * free:

@@ -43,6 +43,21 @@ def time_ms(fn, warmup=25, rep=100) -> float:
     return triton.testing.do_bench(fn, warmup=warmup, rep=rep, return_mode="median")
 
 
+def graphed(fn):
+    """fn captured in a CUDA graph; returns its replay (GPU time without Python launch overhead)."""
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):
+        fn()
+    torch.cuda.current_stream().wait_stream(side)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        out = fn()
+    def replay(keep=(graph, out)):  # the default argument keeps the graph and its outputs alive
+        graph.replay()
+    return replay
+
+
 def peak_extra_bytes(fn) -> float:
     """Peak device bytes allocated by one call of fn beyond what was allocated before it (NaN on CPU)."""
     if DEVICE == "cpu":
