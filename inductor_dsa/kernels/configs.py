@@ -118,7 +118,7 @@ class SparseAttentionConfig:
     bn: int            # index slots (gathered KV rows) per tile
     num_warps: int
     num_stages: int
-    gather: int = 1    # 0 sync, 1 tile i+1 prefetched into registers, 2 loop-carried indices (see _attend)
+    gather: int = 1    # 0 plain loop (the pipeliner stages it), 1 tile i+1 prefetched into registers
     max_splits: int = 8  # split-KV programs per (query, head block) when the grid is too small: a
                          # program is latency-bound (H200, top-1152: ~85 us whether 1 or 64 run),
                          # so a small grid gains until one wave is full (B=1: 85 -> 33 us at 8)
@@ -126,13 +126,16 @@ class SparseAttentionConfig:
 
 
 # sm90: acc [64, 512] fp32 = 128 regs/thread over 8 warps (wgmma N split across the two warpgroups);
-#   BN = 64 tiles with loop-carried indices, staged by the pipeliner (2 stages: Q + 2 KV tiles = 192 KiB
-#   of shared memory, 255 regs, 0 spills). H200 sweep (torch 2.11, triton 3.6): prefill M=4096 H=64
-#   top-640 1.40 ms vs 2.92 ms for BN = 16 with the register prefetch (GATHER=1), the old config.
+#   BN = 64 tiles staged by the pipeliner (2 stages: Q + 2 KV tiles = 192 KiB of shared memory,
+#   255 regs, 0 spills). The plain loop (GATHER=0) pipelines the index load and the gather on its own
+#   (Triton's pipeliner schedules a load feeding another load's address a stage earlier). H200
+#   (torch 2.11, triton 3.6), kernel time by CUDA-graph replay: prefill M=4096 H=64 top-640
+#   GATHER=0 1.33 ms, 1.39 ms with the indices loaded a tile ahead by hand, BN=32 1.9-2.1 ms,
+#   BN=16 with the register prefetch (GATHER=1) 2.92 ms; decode B=64 equal (0.062-0.177 ms).
 # gfx942: 4 waves with up to 512 VGPR+AGPR each; LDS (64 KiB) stages Q once, then KV tiles.
 # Both: 0 spills, see python -m inductor_dsa.aot. Untimed on MI300; H200 timings come from the lead.
 SPARSE_ATTENTION = {
-    "sm90": SparseAttentionConfig(bh=64, bn=64, num_warps=8, num_stages=2, gather=2),
+    "sm90": SparseAttentionConfig(bh=64, bn=64, num_warps=8, num_stages=2, gather=0),
     "gfx942": SparseAttentionConfig(bh=64, bn=32, num_warps=4, num_stages=1,
                                     extra={"matrix_instr_nonkdim": 16, "waves_per_eu": 1}),
     "cuda": SparseAttentionConfig(bh=64, bn=16, num_warps=8, num_stages=1),

@@ -17,8 +17,7 @@ never reads outside kv. The sink joins at the end: mx_f = max(mx, sink * log2 e)
 and l rescaled by 2^(mx - mx_f), l += 2^(sink * log2 e - mx_f). A query with no valid slot
 has acc = 0 and l = 0 (no sink) or l > 0 (sink): out is 0 either way, never NaN.
 
-Gather: Triton's pipeliner does not stage a load whose address comes from another load in
-the same iteration; ``GATHER`` picks how the loop overlaps the gather with the MMAs (see
+Gather: ``GATHER`` picks how the loop overlaps the indirect KV load with the MMAs (see
 ``_attend``). D is not chunked: Q and the KV tile go through shared memory / LDS and the
 [BH, D] accumulator is split across warps by the MMA layout (no spills, see configs.py).
 
@@ -77,12 +76,11 @@ def _attend(q, kv, idx, i_off, kv_off, lo, hi, N, qk_scale, skv_n, skv_d, si_k,
             GATHER: tl.constexpr):
     """Online softmax of Q [BH, D] over index slots lo .. hi-1: (acc [BH, D], row max, row sum), log2 units.
 
-    GATHER picks how the indirect KV load overlaps the MMAs (Triton's pipeliner does not
-    stage a load whose address comes from another load of the same iteration):
-    0 synchronous; 1 by hand: while tile i is multiplied, the KV rows of tile i+1
-    (registers, BN * D / threads of them) and the indices of tile i+2 are in flight;
-    2 the indices of tile i+1 are loaded during tile i, so the KV load's address is
-    loop-carried and the pipeliner (num_stages > 1) can stage it through shared memory.
+    GATHER picks how the indirect KV load overlaps the MMAs:
+    0 the plain loop: with num_stages > 1 Triton's pipeliner issues the index load a stage
+    ahead of the KV load it addresses and stages the KV tiles through shared memory (sm90);
+    1 by hand, for num_stages = 1: while tile i is multiplied, the KV rows of tile i+1
+    (registers, BN * D / threads of them) and the indices of tile i+2 are in flight.
     """
     mx = tl.full((BH,), float("-inf"), tl.float32)
     l = tl.zeros((BH,), tl.float32)
@@ -94,12 +92,6 @@ def _attend(q, kv, idx, i_off, kv_off, lo, hi, N, qk_scale, skv_n, skv_d, si_k,
             kt, ok = kt_n, ok_n
             kt_n, ok_n = _gather(kv, j_nn, kv_off, N, skv_n, skv_d, D)
             j_nn = _indices(idx, i_off, k0 + 2 * BN, hi, si_k, BN)
-            acc, mx, l = _step(q, kt, ok, acc, mx, l, qk_scale, BH, BN, DOT_DTYPE)
-    elif GATHER == 2:
-        j = _indices(idx, i_off, lo, hi, si_k, BN)
-        for k0 in range(lo, hi, BN):
-            kt, ok = _gather(kv, j, kv_off, N, skv_n, skv_d, D)
-            j = _indices(idx, i_off, k0 + BN, hi, si_k, BN)
             acc, mx, l = _step(q, kt, ok, acc, mx, l, qk_scale, BH, BN, DOT_DTYPE)
     else:
         for k0 in range(lo, hi, BN):
