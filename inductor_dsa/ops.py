@@ -4,9 +4,9 @@ They are opaque to Inductor, called by name from its generated code (``torch.ops
 ``triton_op`` would let Inductor see the Triton kernel, but its decomposition cannot run
 Triton's CPU interpreter inside torch.compile (see docs/design.md); nothing useful fuses into
 a top-k, so opacity costs nothing here. They are registered on a plain ``torch.library.Library``
-(``_op``), not as ``torch.library.custom_op``: the dispatcher then calls the kernel function
-directly, without custom_op's Python autograd and aliasing wrappers, which cost ~10 us per call
-on a fast host and more on a slow one (decode calls are host-bound, see BENCHMARKS.md).
+(``_op``), not as ``torch.library.custom_op``, whose Python autograd and aliasing wrappers cost
+more per call (a trivial 9-argument op on the CPU box: ~15 us as a custom_op, ~9 us here; decode
+calls are host-bound, see BENCHMARKS.md). The ops are inference-only: backward raises.
 
 Dispatch: CUDA/ROCm tensors run the Triton kernels; CPU tensors run the same kernels
 under ``TRITON_INTERPRET=1`` and the float64 reference otherwise.
@@ -27,12 +27,37 @@ TOPK_FUSED_MAX = 2048  # larger top-k: logits kernel, then a device sort
 _LIB = torch.library.Library("inductor_dsa", "DEF")
 
 
+class _NoBackward(torch.autograd.Function):
+    """Runs an op on inputs that require grad; backward raises (the ops are inference-only)."""
+
+    @staticmethod
+    def forward(ctx, run, name, *args):
+        ctx.name = name
+        return run(*args)
+
+    @staticmethod
+    def backward(ctx, *grads):
+        raise RuntimeError(f"inductor_dsa::{ctx.name} has no backward: the inductor_dsa ops are inference-only")
+
+
 def _op(fn):
     """Define ``inductor_dsa::<fn.__name__>`` with the schema of fn's annotations and fn as its
-    kernel on every device (CompositeExplicitAutograd); returns ``torch.ops.inductor_dsa.<name>``."""
+    kernel on every device (CompositeExplicitAutograd); returns ``torch.ops.inductor_dsa.<name>``.
+
+    Its Autograd kernel redispatches below autograd; with inputs that require grad (and grad
+    mode on) the outputs get a backward that raises, eager or compiled, never a silent None."""
     name = fn.__name__
     _LIB.define(name + torch.library.infer_schema(fn, mutates_args=()))
     _LIB.impl(name, fn, "CompositeExplicitAutograd")
+    op = getattr(torch.ops.inductor_dsa, name).default
+
+    def autograd(keyset, *args):
+        below = keyset & torch._C._after_autograd_keyset
+        if torch.is_grad_enabled() and any(isinstance(a, Tensor) and a.requires_grad for a in args):
+            return _NoBackward.apply(lambda *a: op.redispatch(below, *a), name, *args)
+        return op.redispatch(below, *args)
+
+    _LIB.impl(name, autograd, "Autograd", with_keyset=True)
     return getattr(torch.ops.inductor_dsa, name)
 
 

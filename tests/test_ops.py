@@ -1,4 +1,5 @@
 """The indexer ops as torch.library ops: fake impls agree, torch.compile traces them by name."""
+import pytest
 import torch
 from torch._inductor.utils import run_and_get_code
 
@@ -39,3 +40,23 @@ def test_compiled_call_names_the_op(gen):
     msg = reference.topk_mismatch(idx.cpu(), reference.indexer_logits(q.cpu(), k.cpu(), w.cpu(), ks.cpu(), ke.cpu()), 4)
     assert msg is None, msg
     assert torch.allclose(vals.cpu(), 2 * want_v, rtol=1e-5, atol=1e-5)
+
+
+def test_backward_raises_instead_of_a_silent_none(gen):
+    """The ops are inference-only: eager and compiled, backward through them raises (never q.grad = None)."""
+    q, k, w, ks, ke = _args(gen)
+    q = q.detach().requires_grad_()
+
+    def fn(q):
+        vals, _ = idsa.indexer_topk(q, k, w, 4, k_start=ks, k_end=ke)
+        return vals.sum() + q.sum()
+
+    with torch.no_grad():
+        assert not fn(q).requires_grad
+    loss = fn(q)
+    assert loss.requires_grad
+    with pytest.raises(RuntimeError, match="indexer_topk has no backward"):
+        loss.backward()
+    torch._dynamo.reset()  # compiled: AOT autograd traces the backward at compile time and fails there
+    with pytest.raises(Exception, match="indexer_topk has no backward"):
+        torch.compile(fn, backend="aot_eager")(q).backward()
