@@ -77,8 +77,8 @@ def _attend(q, kv, idx, i_off, kv_off, lo, hi, N, qk_scale, skv_n, skv_d, si_k,
     """Online softmax of Q [BH, D] over index slots lo .. hi-1: (acc [BH, D], row max, row sum), log2 units.
 
     GATHER picks how the indirect KV load overlaps the MMAs:
-    0 the plain loop: with num_stages > 1 Triton's pipeliner issues the index load a stage
-    ahead of the KV load it addresses and stages the KV tiles through shared memory (sm90);
+    0 the plain loop: with num_stages > 1 Triton's pipeliner loads tile i+1's indices and
+    issues its KV copy into shared memory while tile i is multiplied (sm90);
     1 by hand, for num_stages = 1: while tile i is multiplied, the KV rows of tile i+1
     (registers, BN * D / threads of them) and the indices of tile i+2 are in flight.
     """
