@@ -49,7 +49,8 @@ def _op(fn):
     name = fn.__name__
     _LIB.define(name + torch.library.infer_schema(fn, mutates_args=()))
     _LIB.impl(name, fn, "CompositeExplicitAutograd")
-    op = getattr(torch.ops.inductor_dsa, name).default
+    packet = getattr(torch.ops.inductor_dsa, name)
+    op = packet.default
 
     def autograd(keyset, *args):
         below = keyset & torch._C._after_autograd_keyset
@@ -58,7 +59,7 @@ def _op(fn):
         return op.redispatch(below, *args)
 
     _LIB.impl(name, autograd, "Autograd", with_keyset=True)
-    return getattr(torch.ops.inductor_dsa, name)
+    return packet
 
 
 def _fake(op):
