@@ -144,13 +144,17 @@ def run_layer(compiled, device, steps=6, zero_step=4):
             assert (got[3] == -1).all() and (got[4] == 0).all() and torch.isneginf(got[5]).all()
 
 
-def test_compile_reduce_overhead_replays_new_data():
+@pytest.mark.parametrize("how", ["enabled", "backend"])
+def test_compile_reduce_overhead_replays_new_data(how):
+    """The pass inside ``enabled()`` with backend="inductor", or ``backend=inductor_dsa.backend``:
+    mode="reduce-overhead" captures the whole layer (no cudagraph skip) either way."""
     from torch._dynamo.utils import counters
     torch._dynamo.reset()
     idsa.lowering.reset()
     counters.clear()
-    with idsa.enabled(), torch.no_grad():
-        run_layer(torch.compile(Layer(), mode="reduce-overhead", fullgraph=True), "cuda")
+    backend = idsa.backend if how == "backend" else "inductor"
+    with idsa.enabled() if how == "enabled" else contextlib.nullcontext(), torch.no_grad():
+        run_layer(torch.compile(Layer(), backend=backend, mode="reduce-overhead", fullgraph=True), "cuda")
     rep = idsa.report()
     assert len(rep) == 1 and [s.op for s in rep.swaps] == ["torch.ops.inductor_dsa.indexer_topk"], rep
     assert counters["inductor"]["cudagraph_skips"] == 0, dict(counters["inductor"])

@@ -68,6 +68,28 @@ def test_enabled_default_backend_generated_code_calls_indexer_logits():
     check_logits(out, ref, deepgemm_ref_logits(*args))
 
 
+def test_backend_takes_inductor_modes_and_options():
+    """mode / options reach Inductor as for backend="inductor" (on a CPU, reduce-overhead's CUDA
+    graphs are skipped, and that skip is counted), and the pass still swaps."""
+    args = _official_args()
+    for mode, skips in ((None, 0), ("reduce-overhead", 1)):
+        dynamo_counters.clear()
+        torch._dynamo.reset()
+        lowering.reset()
+        with torch.no_grad():
+            out = torch.compile(official_fn, backend=inductor_dsa.backend, mode=mode)(*args)
+        assert dict(lowering.counters) == {"indexer_topk": 1}, mode
+        assert dynamo_counters["inductor"]["cudagraph_skips"] == skips, mode
+        _, (logits64,) = oracle(official_fn, args)
+        check_topk(out, logits64, out.shape[-1], post=True)
+    for bad, msg in ((dict(mode="fast"), "Unrecognized mode=fast"),
+                     (dict(options={"no_such_option": 1}), "no_such_option"),
+                     (dict(options={"max_autotune": "yes"}), "max_autotune")):
+        torch._dynamo.reset()
+        with pytest.raises(Exception, match=msg):
+            torch.compile(official_fn, backend=inductor_dsa.backend, **bad)(*args)
+
+
 def test_near_miss_generated_code_is_plain_inductor():
     args = _qkw(torch.float32, 0)
     with torch.no_grad():

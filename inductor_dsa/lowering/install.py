@@ -87,13 +87,18 @@ def enabled():
         yield
 
 
-def backend(gm: torch.fx.GraphModule, example_inputs, **kwargs):
+def backend(gm: torch.fx.GraphModule, example_inputs, *, mode: str | None = None, options: dict | None = None,
+            **kwargs):
     """A torch.compile backend: Inductor with the inductor_dsa pass.
 
-    ``torch.compile(model, backend=inductor_dsa.backend)``.
+    ``torch.compile(model, backend=inductor_dsa.backend, mode=..., options=...)``: ``mode``
+    ("reduce-overhead" = CUDA graphs, "max-autotune", ...) and ``options`` (Inductor config
+    entries) mean what they mean for backend="inductor".
     """
     from torch._inductor.compile_fx import compile_fx
-    patches = {"joint_custom_pre_pass": _with_ours(_config().joint_custom_pre_pass)}
+    # backend="inductor"'s own wrapper turns mode + options into (validated) config patches
+    patches = dict(torch._TorchCompileInductorWrapper(mode, options, None).config)
+    patches["joint_custom_pre_pass"] = _with_ours(patches.get("joint_custom_pre_pass", _config().joint_custom_pre_pass))
     return compile_fx(gm, example_inputs, config_patches=patches, **kwargs)
 
 
