@@ -13,6 +13,7 @@ under ``TRITON_INTERPRET=1`` and the float64 reference otherwise.
 """
 from __future__ import annotations
 
+import functools
 from typing import Optional
 
 import torch
@@ -40,15 +41,29 @@ class _NoBackward(torch.autograd.Function):
         raise RuntimeError(f"inductor_dsa::{ctx.name} has no backward: the inductor_dsa ops are inference-only")
 
 
+def _on_input_device(fn):
+    """fn run with its first argument's GPU as the current device: Triton launches on the current
+    device, which need not be the inputs' (eager calls with tensors on cuda:1)."""
+    @functools.wraps(fn)
+    def run(*args):
+        dev = args[0].device
+        if dev.type == "cuda" and dev.index != torch.cuda.current_device():
+            with torch.cuda.device(dev):
+                return fn(*args)
+        return fn(*args)
+    return run
+
+
 def _op(fn):
     """Define ``inductor_dsa::<fn.__name__>`` with the schema of fn's annotations and fn as its
-    kernel on every device (CompositeExplicitAutograd); returns ``torch.ops.inductor_dsa.<name>``.
+    kernel on every device (CompositeExplicitAutograd, on the inputs' device); returns
+    ``torch.ops.inductor_dsa.<name>``.
 
     Its Autograd kernel redispatches below autograd; with inputs that require grad (and grad
     mode on) the outputs get a backward that raises, eager or compiled, never a silent None."""
     name = fn.__name__
     _LIB.define(name + torch.library.infer_schema(fn, mutates_args=()))
-    _LIB.impl(name, fn, "CompositeExplicitAutograd")
+    _LIB.impl(name, _on_input_device(fn), "CompositeExplicitAutograd")
     packet = getattr(torch.ops.inductor_dsa, name)
     op = packet.default
 
