@@ -111,7 +111,7 @@ def compile_variant(target: str, name, fn, signature, constexprs, options, spec=
     ``spec``: either example values of the integer arguments ({name: int}, a representative
     launch to specialise on, see ``specialise``) or ready ASTSource attrs ({(index,): [...]}).
     """
-    rep = Report(name, needs_matrix=not any(w in name for w in ("select", "merge", "gather")))
+    rep = Report(name, needs_matrix=not any(w in name for w in ("select", "merge", "gather", "check")))
     try:
         spec = spec or {}
         if all(isinstance(key, str) for key in spec):

@@ -323,10 +323,18 @@ def paged(q, q_scale, kv_cache, weights, block_table, context_lens, fmt, fp8_fla
 def paged_values(kv_cache, block_table, context_lens) -> None:
     """Value check: ValueError unless 0 <= context_lens[b] <= max_pages * 64 and every block-table
     entry a context uses (p < cdiv(context_lens[b], 64)) lies in [0, num_pages). Entries past the
-    context are never read and may hold anything. READS the data (one reduction, one sync)."""
+    context are never read and may hold anything. READS the data: on a GPU (and under the
+    interpreter) one counting kernel and a sync; the message's details are computed only on error."""
     b, pages = block_table.shape
     if b == 0:
         return
+    from .kernels import configs
+    counted = kv_cache.device.type != "cpu" or configs.interpreting()
+    if counted:
+        from .kernels.paged_launch import paged_check
+        n_ctx, n_bad = paged_check(kv_cache, block_table, context_lens)
+        if not (n_ctx or n_bad):
+            return
     max_len, num_pages = pages * PAGE_ROWS, kv_cache.shape[0]
     ctx = context_lens.long()
     used = torch.arange(pages, device=ctx.device) * PAGE_ROWS < ctx.clamp(0, max_len).unsqueeze(1)
@@ -339,3 +347,6 @@ def paged_values(kv_cache, block_table, context_lens) -> None:
         r, p = bad.nonzero()[0].tolist()
         raise ValueError(f"block_table[{r}, {p}] = {int(block_table[r, p])} is a page id outside [0, {num_pages}) "
                          f"(kv_cache.shape[0]) used by context_lens[{r}] = {int(ctx[r])} ({n_bad} such entries)")
+    if counted:
+        raise AssertionError(f"inductor_dsa bug: paged_check counted {n_ctx} bad context_lens / {n_bad} bad "
+                             "pages that the recount does not find")

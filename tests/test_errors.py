@@ -445,3 +445,28 @@ def test_paged_nan_key_ranks_last():
     vals, idx = (t.cpu() for t in idsa.paged_indexer_topk(*_dev((q, cache, w, bt, ctx)), 12))
     assert not (idx == 5).any()
     assert_topk(vals, idx, ref.masked_fill(torch.arange(192) == 5, float("-inf")), 12)
+
+
+def test_paged_check_kernel_counts(gen):
+    """The value check's counting kernel against a per-row Python count: contexts negative, past
+    capacity, exact page multiples, over several kernel steps; a non-contiguous block table."""
+    from inductor_dsa.kernels.paged_launch import CHECK_PAGES, paged_check
+    num_pages, max_pages = 50, 2 * CHECK_PAGES + 37
+    max_len = max_pages * PAGE
+    ctx = torch.tensor([-3, 0, 1, 64, max_len, max_len + 1, CHECK_PAGES * PAGE + 1, 2**31 - 1], **I32)
+    full = torch.randint(-5, num_pages + 5, (max_pages, ctx.shape[0]), generator=gen, dtype=torch.int32)
+    bt = full.t()                                      # stride (1, B): not contiguous
+    bt[6, :CHECK_PAGES + 2] = 3
+    bt[6, CHECK_PAGES] = -1                            # row 6's only bad page: first of its second step
+    cache = torch.zeros(num_pages, 64 * 68, dtype=torch.uint8)
+    want_ctx = want_pages = 0
+    for b, c in enumerate(ctx.tolist()):
+        want_ctx += not 0 <= c <= max_len
+        used = -(-min(max(c, 0), max_len) // PAGE)
+        want_pages += sum(not 0 <= p < num_pages for p in bt[b, :used].tolist())
+    assert want_ctx == 3 and want_pages > 0
+    dev = _dev((cache, bt, ctx))
+    assert paged_check(*dev) == (want_ctx, want_pages)
+    ok = (cache, bt.clamp(0, num_pages - 1), ctx.clamp(0, max_len))
+    assert paged_check(*_dev(ok)) == (0, 0)
+    checks.paged_values(*_dev(ok))

@@ -279,3 +279,20 @@ def paged_gather_kernel(kv, block_table, context_lens, cu, out_a, out_s, total_r
         sc = tl.arange(0, SB)[None, :]
         y = tl.load(kv + (base + PAGE * A + r * SB)[:, None] + sc, mask=ok[:, None], other=0)
         tl.store(out_s + dst[:, None] * SB + sc, y, mask=dm[:, None])
+
+
+@triton.jit
+def paged_check_kernel(block_table, context_lens, bad, sbt, sbp, sctx, max_len, num_pages, BLOCK: tl.constexpr):
+    """Value check counts, one program per request b (``checks.paged_values``): bad[0] += 1 when
+    context_lens[b] is outside [0, max_len]; bad[1] += the entries block_table[b, p],
+    p < cdiv(clamp(context_lens[b], 0, max_len), 64), outside [0, num_pages). bad is int32 [2], zeroed."""
+    b = tl.program_id(0).to(tl.int64)
+    ctx = tl.load(context_lens + b * sctx)
+    tl.atomic_add(bad, ((ctx < 0) | (ctx > max_len)).to(tl.int32))
+    used = (tl.minimum(tl.maximum(ctx, 0), max_len) + 63) // 64
+    n = tl.zeros((), dtype=tl.int32)
+    for p0 in range(0, used, BLOCK):
+        p = p0 + tl.arange(0, BLOCK)
+        page = tl.load(block_table + b * sbt + p.to(tl.int64) * sbp, mask=p < used, other=0)
+        n += tl.sum(((page < 0) | (page >= num_pages)).to(tl.int32))
+    tl.atomic_add(bad + 1, n)

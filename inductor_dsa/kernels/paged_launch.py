@@ -15,12 +15,13 @@ from . import configs
 from .host import cdiv, next_pow2
 from ..formats import PAGE_ROWS
 from .indexer import FMT_MXFP4, FMT_TENSOR
-from .paged_indexer import (KV_FP8, KV_FP8_BYTES, KV_MXFP4, HIST_BINS, paged_filter_kernel,
+from .paged_indexer import (KV_FP8, KV_FP8_BYTES, KV_MXFP4, HIST_BINS, paged_check_kernel, paged_filter_kernel,
                             paged_final_kernel, paged_gather_kernel, paged_scores_kernel, paged_select_kernel)
 
 S_MAX = 512            # most sequence chunks per request (the final kernel holds S counts in registers)
 FINAL_TILE = 4096      # elements per copy step in paged_final_kernel
 GATHER_ROWS = 64
+CHECK_PAGES = 256      # block-table entries per step of paged_check_kernel
 _NATIVE_FP8 = {"sm90": ("fn", tl.float8e4nv), "gfx942": ("fnuz", tl.float8e4b8)}
 
 
@@ -193,6 +194,17 @@ def paged_gather(kv_cache, block_table, context_lens, total_rows: int, payload_b
     return (out_a, out_s, start.clamp(max=total_rows).to(torch.int32), end.clamp(max=total_rows).to(torch.int32))
 
 
+def paged_check(kv_cache, block_table, context_lens) -> tuple[int, int]:
+    """(requests whose context_lens lie outside [0, max_len], block-table entries used by a
+    context that lie outside [0, num_pages)): one launch, one device-to-host copy (a sync)."""
+    b, max_pages = block_table.shape
+    bad = torch.zeros(2, dtype=torch.int32, device=block_table.device)
+    paged_check_kernel[(b,)](block_table, context_lens, bad, *block_table.stride(), context_lens.stride(0),
+                             max_pages * PAGE_ROWS, kv_cache.shape[0], BLOCK=CHECK_PAGES)
+    n_ctx, n_pages = bad.tolist()
+    return n_ctx, n_pages
+
+
 # --- ahead-of-time variants (python -m inductor_dsa.aot) -------------------------------------
 
 def _aligned(fn, sig, ints=("skv", "C")):
@@ -244,6 +256,10 @@ def aot_variants(target: str, head_dim: int = 128, heads: int = 64):
                for a in paged_final_kernel.arg_names}
         yield (f"paged_merge_final[topk={topk} S<=256]", paged_final_kernel, sig, consts,
                dict(num_warps=cfg.final_warps), _aligned(paged_final_kernel, sig))
+    consts = dict(BLOCK=CHECK_PAGES)
+    sig = {a: ("constexpr" if a in consts else ("*i32" if a in ("block_table", "context_lens", "bad") else "i32"))
+           for a in paged_check_kernel.arg_names}
+    yield "paged_check", paged_check_kernel, sig, consts, dict(num_warps=4), _aligned(paged_check_kernel, sig, ints=())
     consts = dict(A=head_dim // 2, SB=head_dim // 32, GR=GATHER_ROWS)
     sig = {a: ("constexpr" if a in consts else
                ("*u8" if a in ("kv", "out_a", "out_s") else ("*i32" if a in ("block_table", "context_lens") else
