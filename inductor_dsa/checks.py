@@ -5,8 +5,8 @@ TypeError (wrong kind or dtype) or ValueError (wrong shape, size, device) naming
 argument. They read no tensor data, so they never sync and are valid under tracing and
 CUDA-graph capture.
 
-Value checks (``paged_values``, ``index_range``) read the data: one reduction and one
-device-to-host copy (a sync) per call. They run by default and are skipped
+Value checks (``paged_values``, ``index_range``) read the data: one counting kernel or
+reduction and one device-to-host copy (a sync) per call. They run by default and are skipped
 
   - while a CUDA graph is being captured, under torch.compile tracing, on fake / meta tensors;
   - with the environment variable ``INDUCTOR_DSA_CHECK_VALUES=0``;
