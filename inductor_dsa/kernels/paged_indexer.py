@@ -289,7 +289,7 @@ def paged_check_kernel(block_table, context_lens, bad, sbt, sbp, sctx, max_len, 
     b = tl.program_id(0).to(tl.int64)
     ctx = tl.load(context_lens + b * sctx)
     tl.atomic_add(bad, ((ctx < 0) | (ctx > max_len)).to(tl.int32))
-    used = (tl.minimum(tl.maximum(ctx, 0), max_len) + 63) // 64
+    used = (tl.minimum(tl.maximum(ctx, 0), max_len) + PAGE - 1) // PAGE
     n = tl.zeros((), dtype=tl.int32)
     for p0 in range(0, used, BLOCK):
         p = p0 + tl.arange(0, BLOCK)

@@ -201,8 +201,7 @@ def paged_check(kv_cache, block_table, context_lens) -> tuple[int, int]:
     bad = torch.zeros(2, dtype=torch.int32, device=block_table.device)
     paged_check_kernel[(b,)](block_table, context_lens, bad, *block_table.stride(), context_lens.stride(0),
                              max_pages * PAGE_ROWS, kv_cache.shape[0], BLOCK=CHECK_PAGES)
-    n_ctx, n_pages = bad.tolist()
-    return n_ctx, n_pages
+    return tuple(bad.tolist())
 
 
 # --- ahead-of-time variants (python -m inductor_dsa.aot) -------------------------------------
