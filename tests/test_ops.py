@@ -60,3 +60,34 @@ def test_backward_raises_instead_of_a_silent_none(gen):
     torch._dynamo.reset()  # compiled: AOT autograd traces the backward at compile time and fails there
     with pytest.raises(Exception, match="indexer_topk has no backward"):
         torch.compile(fn, backend="aot_eager")(q).backward()
+
+
+def test_ops_switch_to_the_inputs_gpu(monkeypatch):
+    """The switching logic of ``ops._on_input_device`` without two GPUs (tests/test_devices.py runs
+    the real thing): a GPU input that is not on the current device runs under torch.cuda.device of
+    the input's device; one on the current device, or a CPU input, runs as is."""
+    from inductor_dsa import ops
+    entered = []
+
+    class Switch:
+        def __init__(self, dev):
+            self.dev = dev
+
+        def __enter__(self):
+            entered.append(self.dev)
+
+        def __exit__(self, *exc):
+            return False
+
+    class Input:
+        def __init__(self, dev):
+            self.device = torch.device(dev)
+
+    monkeypatch.setattr(torch.cuda, "current_device", lambda: 0)
+    monkeypatch.setattr(torch.cuda, "device", Switch)
+    run = ops._on_input_device(lambda x, y: (x, y))
+    for dev, want in (("cuda:1", [torch.device("cuda:1")]), ("cuda:0", []), ("cpu", [])):
+        entered.clear()
+        x = Input(dev)
+        assert run(x, 7) == (x, 7)
+        assert entered == want, dev
