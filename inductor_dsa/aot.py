@@ -41,8 +41,7 @@ class Report:
     matrix: bool = False
     occupancy: str = ""
     error: str = ""
-
-    needs_matrix: bool = True
+    needs_matrix: bool = True  # the kernel has a tl.dot (a tt.dot in its TTIR)
 
     def ok(self, target: str, spill_budget: int = 0) -> bool:
         matrix_ok = self.matrix or not self.needs_matrix
@@ -105,13 +104,12 @@ def specialise(fn, signature: dict, constexprs: dict, ints: dict):
 
 
 def compile_variant(target: str, name, fn, signature, constexprs, options, spec=None) -> Report:
-    """Compile one variant; kernels without tl.dot (named '*select*', '*merge*', '*gather*') need no
-    matrix unit.
+    """Compile one variant; a kernel with a ``tl.dot`` must use the matrix unit, others need not.
 
     ``spec``: either example values of the integer arguments ({name: int}, a representative
     launch to specialise on, see ``specialise``) or ready ASTSource attrs ({(index,): [...]}).
     """
-    rep = Report(name, needs_matrix=not any(w in name for w in ("select", "merge", "gather", "check")))
+    rep = Report(name)
     try:
         spec = spec or {}
         if all(isinstance(key, str) for key in spec):
@@ -119,6 +117,7 @@ def compile_variant(target: str, name, fn, signature, constexprs, options, spec=
         else:
             src = ASTSource(fn, signature, constexprs, spec)
         kernel = triton.compile(src, target=TARGETS[target], options=options)
+        rep.needs_matrix = "tt.dot" in kernel.asm["ttir"]
         (_amd if target == "gfx942" else _cuda)(rep, kernel, options.get("num_warps", 4))
     except Exception as e:  # noqa: BLE001 - reported, and fails the run
         rep.error = f"{type(e).__name__}: {str(e).splitlines()[0][:200] if str(e) else ''}"
