@@ -329,7 +329,7 @@ def paged_values(kv_cache, block_table, context_lens) -> None:
     if b == 0:
         return
     from .kernels import configs
-    counted = kv_cache.device.type != "cpu" or configs.interpreting()
+    counted = configs.use_kernels(kv_cache.device)
     if counted:
         from .kernels.paged_launch import paged_check
         n_ctx, n_bad = paged_check(kv_cache, block_table, context_lens)

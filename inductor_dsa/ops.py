@@ -82,10 +82,6 @@ def _fake(op):
     return torch.library.register_fake(op._qualified_op_name)
 
 
-def _use_kernels(device: torch.device) -> bool:
-    return device.type != "cpu" or configs.interpreting()
-
-
 def _pair(x, xs):
     return x if xs is None else (x, xs)
 
@@ -94,7 +90,7 @@ def _pair(x, xs):
 def indexer_logits(q: Tensor, q_scale: Optional[Tensor], k: Tensor, k_scale: Optional[Tensor],
                    weights: Tensor, k_start: Tensor, k_end: Tensor) -> Tensor:
     checks.indexer(q, q_scale, k, k_scale, weights)
-    if _use_kernels(q.device):
+    if configs.use_kernels(q.device):
         from .kernels import launch
         return launch.indexer_logits(q, q_scale, k, k_scale, weights, k_start, k_end)
     return reference.indexer_logits(_pair(q, q_scale), _pair(k, k_scale), weights, k_start, k_end).float()
@@ -110,7 +106,7 @@ def indexer_topk(q: Tensor, q_scale: Optional[Tensor], k: Tensor, k_scale: Optio
                  weights: Tensor, k_start: Tensor, k_end: Tensor, topk: int) -> tuple[Tensor, Tensor]:
     checks.indexer(q, q_scale, k, k_scale, weights)
     checks.topk_arg(topk)
-    if _use_kernels(q.device) and topk <= TOPK_FUSED_MAX:
+    if configs.use_kernels(q.device) and topk <= TOPK_FUSED_MAX:
         from .kernels import launch
         return launch.indexer_topk(q, q_scale, k, k_scale, weights, k_start, k_end, topk)
     logits = indexer_logits(q, q_scale, k, k_scale, weights, k_start, k_end)
@@ -128,7 +124,7 @@ def logits_topk(logits: Tensor, k_start: Tensor, k_end: Tensor, topk: int) -> tu
     """Top-k of given fp32 logits [T, K] over k_start[t] <= j < k_end[t] (the select of indexer_topk)."""
     checks.logits(logits)
     checks.topk_arg(topk)
-    if _use_kernels(logits.device) and topk <= TOPK_FUSED_MAX:
+    if configs.use_kernels(logits.device) and topk <= TOPK_FUSED_MAX:
         from .kernels import launch
         return launch.logits_topk(logits.contiguous(), k_start, k_end, topk)
     return reference.logits_topk(logits, topk, k_start, k_end)
@@ -145,7 +141,7 @@ def sparse_attention(q: Tensor, kv: Tensor, indices: Tensor, sink: Optional[Tens
                      scale: float) -> tuple[Tensor, Tensor]:
     """(out [B, M, H, D] q.dtype, lse fp32 [B, M, H]); index values outside [-1, N) are treated as -1 here."""
     checks.sparse_attention(q, kv, indices, sink, scale)
-    if _use_kernels(q.device):
+    if configs.use_kernels(q.device):
         from .kernels import launch
         return launch.sparse_attention(q, kv, indices, sink, scale)
     ok = (indices >= 0) & (indices < kv.shape[1])
@@ -168,7 +164,7 @@ def _paged_len(block_table: Tensor) -> int:
 def paged_indexer_logits(q: Tensor, q_scale: Optional[Tensor], kv_cache: Tensor, weights: Tensor,
                          block_table: Tensor, context_lens: Tensor, fmt: str, fp8_flavor: str) -> Tensor:
     checks.paged(q, q_scale, kv_cache, weights, block_table, context_lens, fmt, fp8_flavor)
-    if _use_kernels(q.device):
+    if configs.use_kernels(q.device):
         from .kernels import paged_launch
         return paged_launch.paged_logits(q, q_scale, kv_cache, weights, block_table, context_lens, fmt, fp8_flavor)
     return reference.paged_indexer_logits(_pair(q, q_scale), kv_cache, weights, block_table, context_lens,
@@ -186,7 +182,7 @@ def paged_indexer_topk(q: Tensor, q_scale: Optional[Tensor], kv_cache: Tensor, w
                        fp8_flavor: str) -> tuple[Tensor, Tensor]:
     checks.paged(q, q_scale, kv_cache, weights, block_table, context_lens, fmt, fp8_flavor)
     checks.topk_arg(topk)
-    if _use_kernels(q.device) and topk <= TOPK_FUSED_MAX:
+    if configs.use_kernels(q.device) and topk <= TOPK_FUSED_MAX:
         from .kernels import paged_launch
         return paged_launch.paged_topk(q, q_scale, kv_cache, weights, block_table, context_lens, topk,
                                        fmt, fp8_flavor)
@@ -208,7 +204,7 @@ def _(q, q_scale, kv_cache, weights, block_table, context_lens, topk, fmt, fp8_f
 def paged_gather(kv_cache: Tensor, block_table: Tensor, context_lens: Tensor, total_rows: int,
                  fmt: str) -> tuple[Tensor, Tensor, Tensor, Tensor]:
     info = checks.paged_cache(kv_cache, block_table, context_lens, fmt, "fn")
-    if _use_kernels(kv_cache.device):
+    if configs.use_kernels(kv_cache.device):
         from .formats import row_bytes
         from .kernels import paged_launch
         return paged_launch.paged_gather(kv_cache, block_table, context_lens, total_rows,

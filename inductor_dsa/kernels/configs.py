@@ -91,6 +91,11 @@ def interpreting() -> bool:
     return os.environ.get("TRITON_INTERPRET", "0") == "1"
 
 
+def use_kernels(device) -> bool:
+    """Run the Triton kernels for tensors on ``device``: a GPU, or the CPU under the interpreter."""
+    return device.type != "cpu" or interpreting()
+
+
 @functools.lru_cache(maxsize=None)
 def device_target(index: int) -> str:
     """'gfx942', 'sm90', or 'cuda' (any other GPU) for a torch device index."""
