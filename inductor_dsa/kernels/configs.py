@@ -64,18 +64,33 @@ def decode_dtype(target: str):
 
 @dataclass(frozen=True)
 class SelectConfig:
-    num_warps: int
-    ch: int           # elements per chunk in the radix-select passes
-    min_rows: int     # a workspace chunk holds at least this many rows (fills the GPU)
-    bits: int = 8     # radix digit width: 32/bits histogram passes of 2**bits bins
+    """The selection engine (kernels/select.py, kernels/select_launch.py)."""
+    num_warps: int    # one program per row (select_kernel)
+    ch: int           # ... elements per step of its radix-select passes
+    min_rows: int     # a prefill workspace chunk holds at least this many rows (fills the GPU)
+    bits: int = 4     # ... and its digit width: up to 32/bits histograms of 2**bits bins
+    row_max: int = 16384   # longer rows take the chunked passes ...
+    few_rows: int = 128    # ... and so do rows longer than a chunk when there are fewer rows than this
+    chunk: int = 2048      # columns per program of the chunked passes
+    chunk_warps: int = 4
+    pass_bits: int = 8     # digit width of the chunked passes (one launch each)
+    sort_warps: int = 4    # per-row bitonic sort of the chunked path's winners
+    rank_rows: int = 8     # at most this many rows: winners ranked by topk / rank_slice programs per row
+    rank_slice: int = 64
 
 
-# H200, 4096 causal rows of 4096, top-512: 8-bit digits / chunk 512: 292 us; 4-bit / 256: 238 us.
+# H200 (torch 2.11, triton 3.6), one program per row, 4096 causal rows of 4096, top-512: 8-bit
+# digits / chunk 512: 292 us; 4-bit / 256: 238 us. Chunked passes: 2048 columns x 4 warps beat
+# 4096 x 8 and 8192 x 8 on every long-row case (e.g. [64, 65536] k=512: 137 / 142 / 152 us
+# replayed); 4-bit chunked digits (8 launches) lost everywhere. A one-program-per-row variant
+# holding the whole row in registers lost to the memory loop: [4096, 4096] causal k=512 0.277
+# vs 0.187 ms, [8192, 8192] k=1024 1.47 vs 0.93 ms (it computes the masked columns too).
 SELECT = {
-    "sm90": SelectConfig(num_warps=4, ch=256, min_rows=512, bits=4),
-    "gfx942": SelectConfig(num_warps=4, ch=256, min_rows=512, bits=4),
-    "cuda": SelectConfig(num_warps=4, ch=256, min_rows=512, bits=4),
-    "interpreter": SelectConfig(num_warps=4, ch=64, min_rows=8, bits=4),
+    "sm90": SelectConfig(num_warps=4, ch=256, min_rows=512),
+    "gfx942": SelectConfig(num_warps=4, ch=256, min_rows=512),
+    "cuda": SelectConfig(num_warps=4, ch=256, min_rows=512),
+    "interpreter": SelectConfig(num_warps=4, ch=64, min_rows=8, row_max=256, few_rows=3, chunk=64,
+                                rank_rows=2, rank_slice=16),
 }
 TARGETS = ("gfx942", "sm90")
 

@@ -143,18 +143,3 @@ def e4m3_bytes_to_f32(b, FNUZ: tl.constexpr):
     else:
         val = tl.where((b & 0x7F) == 0x7F, float("nan"), val)
     return val
-
-
-@triton.jit
-def f32_to_key(x):
-    """Order-preserving uint32 key of a float32 (NaN first mapped to -inf, so it ranks lowest)."""
-    x = tl.where(x != x, float("-inf"), x)
-    u = x.to(tl.uint32, bitcast=True)
-    return tl.where((u >> 31) == 1, u ^ 0xFFFFFFFF, u | 0x80000000)
-
-
-@triton.jit
-def key_to_f32(key):
-    """Inverse of f32_to_key."""
-    u = tl.where((key >> 31) == 1, key & 0x7FFFFFFF, key ^ 0xFFFFFFFF)
-    return u.to(tl.float32, bitcast=True)

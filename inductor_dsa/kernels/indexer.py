@@ -15,17 +15,14 @@ is mostly in-thread. Only blocks intersecting [min k_start, max k_end) of the ti
 are computed. MXFP4 operands are decoded in registers right after their byte loads
 (E2M1 via arithmetic, E8M0 via exponent bits); no dense dequantised copy exists.
 
-Top-k (``select_kernel``) over scores staged in a bounded workspace: the launcher walks
-the tokens in chunks of C rows, ``logits_kernel`` writes a chunk's C x K fp32 scores into a
-workspace no larger than the outputs (the [T, K] logits never exist), then one program per
-row finds the k-th largest score by a radix select (BITS-bit digits) over order-preserving uint32
-keys (histograms over the row's visible range), compacts the winners (ties at the threshold
-go to the lowest columns) and sorts them with a bitonic sort of (key << 32 | ~column) words.
+Top-k: the launcher walks the tokens in chunks of C rows, ``logits_kernel`` writes a chunk's
+C x K fp32 scores into a workspace no larger than the outputs (the [T, K] logits never exist),
+then the selection engine (kernels/select.py) picks each row's top-k from it.
 """
 import triton
 import triton.language as tl
 
-from .decode import e4m3_bytes_to_f32, f32_to_key, key_to_f32, load_mxfp4_rows, mma_k_cols, mxfp4_rows_mma
+from .decode import e4m3_bytes_to_f32, load_mxfp4_rows, mma_k_cols, mxfp4_rows_mma
 
 FMT_TENSOR = tl.constexpr(0)     # plain floating tensor (bf16 / fp16 / fp32 / native fp8), loaded as is
 FMT_MXFP4 = tl.constexpr(1)      # uint8 codes + E8M0 scales, decoded to fp32 in registers
@@ -163,109 +160,3 @@ def _fill_outside(row, tm, lo, hi, K, BT: tl.constexpr, BN: tl.constexpr):
     for j0 in range(hi_blk, K, BN):
         j = (j0 + tl.arange(0, BN))[:, None]
         tl.store(row + j, ninf, mask=tm[None, :] & (j < K))
-
-
-@triton.jit
-def select_row(src, s, e, out_v, out_i, TOPK: tl.constexpr, TOPK_P2: tl.constexpr, CH: tl.constexpr,
-               SORTED: tl.constexpr = True, src_idx=None, BITS: tl.constexpr = 8,
-               EARLY_EXIT: tl.constexpr = True):
-    """Top-TOPK of src[s:e] (fp32, columns s..e-1) into out_v/out_i[0:TOPK], sorted descending.
-
-    ``src_idx`` (int32, same positions as ``src``) replaces the column number written to out_i
-    (a merge of candidate lists); ties still go to the lower position, so positions must be in
-    ascending index order among equal scores. Without SORTED the min(TOPK, e - s) winners are
-    left in ascending position order and nothing else is written (no sort, no padding).
-
-    Radix select, most significant digit first: up to 32/BITS passes of 2**BITS-bin histograms
-    over uint32 keys find the threshold prefix ``thr`` (the top ``nbits`` bits) and how many
-    elements with that prefix to keep (``need``). With EARLY_EXIT the passes stop once every
-    element with the prefix is needed (its bin count == need): lower digits cannot change the
-    set, so the output is the same. Then one compaction pass and a bitonic sort of the <= TOPK
-    winners. Slots past the visible count get -inf / -1. On the H200 ``tl.histogram`` cost grew
-    with the bin count (4096 rows: 4 x 256 bins 293 us, 4 x 1024 bins 1.4 ms); 8 passes of 4-bit
-    one-hot counts (no histogram) measured 1.8x slower than 8-bit histograms.
-    """
-    NBINS: tl.constexpr = 1 << BITS
-    n = e - s
-    thr = tl.zeros((), tl.uint32)  # the threshold prefix, in the top nbits bits of a key
-    need = tl.zeros((), tl.int32)
-    nbits = tl.full((), 32, tl.int32)  # n <= TOPK: all 32, thr 0 (every key is > 0: all are taken)
-    ones = tl.full((), 0xFFFFFFFF, tl.uint32)
-    bins = tl.arange(0, NBINS)
-    if n > TOPK:
-        need += TOPK
-        nbits = tl.zeros((), tl.int32)
-        done = tl.zeros((), tl.int32)
-        while done == 0:
-            shift = 32 - BITS - nbits
-            fixed = ones ^ (ones >> nbits.to(tl.uint32))  # the top nbits bits
-            hist = tl.zeros((NBINS,), tl.int32)
-            for c0 in range(s, e, CH):
-                cols = c0 + tl.arange(0, CH)
-                key = f32_to_key(tl.load(src + cols, mask=cols < e, other=0.0))
-                m = (cols < e) & ((key & fixed) == thr)
-                hist += tl.histogram(((key >> shift.to(tl.uint32)) & (NBINS - 1)).to(tl.int32), NBINS, mask=m)
-            at_least = tl.cumsum(hist, 0, reverse=True)
-            digit = tl.max(tl.where(at_least >= need, bins, 0), 0)
-            need -= tl.sum(tl.where(bins > digit, hist, 0), 0)
-            thr = thr | (digit.to(tl.uint32) << shift.to(tl.uint32))
-            nbits += BITS
-            # stop at the last digit, or once every element of the threshold bin is needed
-            # (lower digits cannot change the set then)
-            whole_bin = tl.sum(tl.where(bins == digit, hist, 0), 0) == need
-            done = ((nbits == 32) | (EARLY_EXIT & whole_bin)).to(tl.int32)
-    # keys compared on their top nbits (all 32 unless the passes stopped early)
-    low = (32 - nbits).to(tl.uint32)
-    hi_mask = (ones >> low) << low
-    taken = tl.zeros((), tl.int32)
-    eq_seen = tl.zeros((), tl.int32)
-    for c0 in range(s, e, CH):
-        cols = c0 + tl.arange(0, CH)
-        m = cols < e
-        x = tl.load(src + cols, mask=m, other=0.0)
-        key = f32_to_key(x) & hi_mask
-        eq = m & (key == thr)
-        eq_rank = eq_seen + tl.cumsum(eq.to(tl.int32), 0) - 1
-        take = (m & (key > thr)) | (eq & (eq_rank < need))
-        pos = taken + tl.cumsum(take.to(tl.int32), 0) - 1
-        if src_idx is not None:
-            idx = tl.load(src_idx + cols, mask=take, other=-1)
-        else:
-            idx = cols
-        tl.store(out_v + pos, tl.where(x != x, float("-inf"), x), mask=take & (pos < TOPK))
-        tl.store(out_i + pos, idx, mask=take & (pos < TOPK))
-        taken += tl.sum(take.to(tl.int32), 0)
-        eq_seen += tl.sum(eq.to(tl.int32), 0)
-    if SORTED:
-        _sort_winners(out_v, out_i, taken, TOPK, TOPK_P2)
-
-
-@triton.jit
-def _sort_winners(out_v, out_i, taken, TOPK: tl.constexpr, TOPK_P2: tl.constexpr):
-    """Sort the ``taken`` winners in out_v/out_i descending (ties: lower index first); pad to TOPK."""
-    tl.debug_barrier()
-    p = tl.arange(0, TOPK_P2)
-    valid = p < taken
-    v = tl.load(out_v + p, mask=valid, other=0.0)
-    i = tl.load(out_i + p, mask=valid, other=0)
-    word = (f32_to_key(v).to(tl.uint64) << 32) | (i.to(tl.uint32) ^ 0xFFFFFFFF).to(tl.uint64)
-    word = tl.where(valid, word, 0)
-    word = tl.sort(word, 0, descending=True)
-    v = key_to_f32((word >> 32).to(tl.uint32))
-    i = ((word & 0xFFFFFFFF).to(tl.uint32) ^ 0xFFFFFFFF).to(tl.int32)
-    ok = p < taken
-    tl.debug_barrier()
-    tl.store(out_v + p, tl.where(ok, v, float("-inf")), mask=p < TOPK)
-    tl.store(out_i + p, tl.where(ok, i, -1), mask=p < TOPK)
-
-
-@triton.jit
-def select_kernel(ws, k_start, k_end, out_v, out_i, row0, T, K, s_ws,
-                  TOPK: tl.constexpr, TOPK_P2: tl.constexpr, CH: tl.constexpr, BITS: tl.constexpr):
-    """Top-k of the staged scores ws[t - row0, k_start[t]:k_end[t]] for one token t per program."""
-    t = row0 + tl.program_id(0)
-    if t < T:
-        s = tl.maximum(tl.load(k_start + t), 0)
-        e = tl.maximum(tl.minimum(tl.load(k_end + t), K), s)
-        select_row(ws + tl.program_id(0).to(tl.int64) * s_ws, s, e,
-                   out_v + t.to(tl.int64) * TOPK, out_i + t.to(tl.int64) * TOPK, TOPK, TOPK_P2, CH, BITS=BITS)

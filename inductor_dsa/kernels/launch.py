@@ -6,8 +6,9 @@ import triton.language as tl
 
 from . import configs
 from .host import cdiv, next_pow2
-from . import indexer
-from .indexer import logits_kernel, select_kernel
+from . import indexer, select_launch
+from .indexer import logits_kernel
+from .select import select_kernel
 
 FMT_TENSOR, FMT_MXFP4, FMT_FP8_BYTES = (indexer.FMT_TENSOR.value, indexer.FMT_MXFP4.value,
                                          indexer.FMT_FP8_BYTES.value)
@@ -105,10 +106,8 @@ def indexer_topk(q, q_scale, k, k_scale, weights, k_start, k_end, topk: int):
 
 
 def _select(ws, row0, rows, t, n, k_start, k_end, out_v, out_i, topk, sel):
-    """select_kernel over rows row0 .. row0 + rows - 1, whose scores are ws[t - row0, :n]."""
-    select_kernel[(rows,)](
-        ws, k_start, k_end, out_v, out_i, row0, t, n, ws.stride(0),
-        TOPK=topk, TOPK_P2=next_pow2(topk), CH=sel.ch, BITS=sel.bits, num_warps=sel.num_warps)
+    """Top-k of rows row0 .. row0 + rows - 1, whose scores are ws[t - row0, :n] (the selection engine)."""
+    select_launch.select(ws, row0, rows, t, n, k_start, k_end, out_v, out_i, topk, sel)
 
 
 def logits_topk(logits, k_start, k_end, topk: int):

@@ -44,8 +44,9 @@ row, so the result equals a stable descending sort (the oracle), whatever the sp
 import triton
 import triton.language as tl
 
-from .decode import e4m3_bytes_to_f32, f32_to_key, mxfp4_rows_mma
-from .indexer import FMT_MXFP4, _query_tile, _score_rows, select_row
+from .decode import e4m3_bytes_to_f32, mxfp4_rows_mma
+from .indexer import FMT_MXFP4, _query_tile, _score_rows
+from .select import sel_key, select_row
 
 PAGE = tl.constexpr(64)
 KV_MXFP4 = tl.constexpr(0)      # E2M1 codes + E8M0 scales, decoded in registers
@@ -196,7 +197,7 @@ def paged_select_kernel(ws, context_lens, part_v, part_i, hist, N, G, S, C, it0,
                 tl.debug_barrier()
                 p = tl.arange(0, KP_P2)
                 m = p < tl.minimum(c1 - c0, KP)
-                key = f32_to_key(tl.load(part_v + dst + p, mask=m, other=0.0))
+                key = sel_key(tl.load(part_v + dst + p, mask=m, other=0.0))
                 h = tl.histogram((key >> HIST_SHIFT).to(tl.int32), HIST_BINS, mask=m)
                 bins = tl.arange(0, HIST_BINS)
                 tl.atomic_add(hist + row * HIST_BINS + bins, h, mask=h > 0, sem="relaxed")
@@ -227,7 +228,7 @@ def paged_filter_kernel(part_v, part_i, hist, cnt, context_lens, N, S, C, max_pa
     base = pid.to(tl.int64) * KP
     v = tl.load(part_v + base + p, mask=m, other=0.0)
     i = tl.load(part_i + base + p, mask=m, other=0)
-    keep = m & ((f32_to_key(v) >> HIST_SHIFT).to(tl.int32) >= thr)
+    keep = m & ((sel_key(v) >> HIST_SHIFT).to(tl.int32) >= thr)
     pos = tl.cumsum(keep.to(tl.int32), 0) - 1
     tl.debug_barrier()  # every load above happens before any in-place store below
     tl.store(part_v + base + pos, v, mask=keep)

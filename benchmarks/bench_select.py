@@ -1,0 +1,190 @@
+"""The selection engine: ``logits_topk`` against ``torch.topk`` on the same fp32 logits, and the
+fused prefill op (``indexer_topk``) against its logits-only kernel, one GPU run.
+
+    python benchmarks/bench_select.py [--smoke] [--sweep] [--no-fused] [--out results.json]
+
+Logits are random normal fp32 with masked columns at -inf (torch.topk's input); our op gets
+the per-row ranges instead. Each call is timed plainly (do_bench: launch gaps included) and
+replayed from a CUDA graph ("graph"). Floor: the visible logits read once plus the outputs
+written once, at the measured copy bandwidth.
+"""
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import sys
+from pathlib import Path
+
+import torch
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from common import CEILINGS, DEVICE, env_line, graphed, peak_extra_bytes, table, time_ms, write_json  # noqa: E402
+import inductor_dsa  # noqa: E402
+from inductor_dsa import formats, reference  # noqa: E402
+from inductor_dsa.kernels import configs  # noqa: E402
+
+SELECT_CASES = [  # name, T, K, mask, topk
+    ("[4096, 4096] causal", 4096, 4096, "causal", 512),
+    ("[8192, 8192] causal", 8192, 8192, "causal", 1024),
+    ("[16384, 4096] ratio-4", 16384, 4096, "ratio4", 512),
+    ("[2048, 65536] causal", 2048, 65536, "causal", 2048),
+    ("[64, 65536]", 64, 65536, "all", 512),
+    ("[1, 131072]", 1, 131072, "all", 2048),
+    ("[1, 1048576]", 1, 1048576, "all", 2048),
+]
+FUSED_CASES = [  # name, T, K, mask, topk (H = 64, D = 128)
+    ("causal T=K=4096 top-512", 4096, 4096, "causal", 512),
+    ("causal T=K=8192 top-1024", 8192, 8192, "causal", 1024),
+    ("ratio-4 T=16384 K=4096 top-512", 16384, 4096, "ratio4", 512),
+    ("T=2048 K=65536 top-2048", 2048, 65536, "causal", 2048),
+]
+SMOKE_SELECT = [("[5, 300] causal", 5, 300, "causal", 8), ("[2, 700]", 2, 700, "all", 16)]
+SMOKE_FUSED = [("causal T=K=16 top-4", 16, 16, "causal", 4)]
+H, D = 64, 128
+
+
+def ranges(t, n, mask):
+    if mask == "causal":
+        return reference.causal_ranges(t, n, DEVICE)
+    if mask == "ratio4":
+        return reference.ratio_ranges(t, 4, DEVICE)
+    return (torch.zeros(t, dtype=torch.int32, device=DEVICE), torch.full((t,), n, dtype=torch.int32, device=DEVICE))
+
+
+def times(fn) -> tuple[float, float]:
+    """(plain ms, CUDA-graph replay ms); replay is NaN on the CPU."""
+    plain = time_ms(fn)
+    return plain, (time_ms(graphed(fn)) if DEVICE == "cuda" else float("nan"))
+
+
+def check_select(vals, idx, logits, topk) -> str:
+    """Our values equal torch.topk's (finite part, both sorted) and our indices point at them."""
+    want = torch.topk(logits, topk, dim=-1).values
+    fin = torch.isfinite(want)
+    if not torch.equal(torch.where(fin, want, 0), torch.where(fin, vals, 0)):
+        return "values differ"
+    got = torch.gather(logits, 1, idx.long().clamp(min=0))
+    if not torch.equal(torch.where(fin, got, 0), torch.where(fin, vals, 0)):
+        return "indices do not point at the values"
+    return "ok"
+
+
+def bench_select(name, t, n, mask, topk):
+    g = torch.Generator(device=DEVICE).manual_seed(0)
+    ks, ke = ranges(t, n, mask)
+    logits = torch.randn(t, n, device=DEVICE, generator=g)
+    masked = logits.masked_fill(~reference.visible_mask(ks, ke, n), float("-inf"))
+    ours = lambda: inductor_dsa.logits_topk(masked, topk, k_start=ks, k_end=ke)
+    torch_fn = lambda: torch.topk(masked, topk, dim=-1)
+    check = check_select(*ours(), masked, topk)
+    visible = (ke.long() - ks.long()).clamp(min=0).sum().item()
+    floor = (visible * 4 + t * topk * 8) / CEILINGS["copy_tbps"] / 1e9
+    ours_ms, ours_g = times(ours)
+    torch_ms, torch_g = times(torch_fn)
+    return {"case": f"{name} k={topk}", "ours ms": ours_ms, "ours graph ms": ours_g, "torch.topk ms": torch_ms,
+            "torch.topk graph ms": torch_g, "x vs torch": torch_ms / ours_ms, "x vs torch (graph)": torch_g / ours_g,
+            "floor ms": floor, "peak extra MiB ours": peak_extra_bytes(ours) / 2**20, "check": check}
+
+
+def bench_fused(name, t, n, mask, topk):
+    g = torch.Generator(device=DEVICE).manual_seed(1)
+    q = torch.randn(t, H, D, device=DEVICE, generator=g).bfloat16()
+    k = torch.randn(n, D, device=DEVICE, generator=g).bfloat16()
+    w = (torch.randn(t, H, device=DEVICE, generator=g) * D**-0.5 * H**-0.5).bfloat16()
+    ks, ke = ranges(t, n, mask)
+    flavor = "fnuz" if torch.version.hip else "fn"
+    forms = [("bf16", q, k), ("fp8", q.to(formats.FP8_DTYPES[flavor]), formats.fp8_encode_rows(k, flavor)),
+             ("bf16 q + mxfp4 k", q, formats.mxfp4_encode(k))]
+    rows = []
+    for form, qq, kk in forms:
+        fused = lambda: inductor_dsa.indexer_topk(qq, kk, w, topk, k_start=ks, k_end=ke)
+        logits = lambda: inductor_dsa.indexer_logits(qq, kk, w, k_start=ks, k_end=ke)
+        sel = torch.linspace(0, t - 1, min(t, 128), device=DEVICE).long()
+        ref = reference.indexer_logits(qq[sel], kk, w[sel], ks[sel], ke[sel])
+        check = reference.topk_mismatch(fused()[1][sel], ref, topk) or "ok"
+        f_ms, f_g = times(fused)
+        l_ms, l_g = times(logits)
+        rows.append({"case": f"{name} {form}", "fused ms": f_ms, "fused graph ms": f_g, "logits ms": l_ms,
+                     "logits graph ms": l_g, "fused / logits": f_ms / l_ms, "fused / logits (graph)": f_g / l_g,
+                     "peak extra MiB fused": peak_extra_bytes(fused) / 2**20, "check": check})
+    return rows
+
+
+SWEEP = [  # SelectConfig fields tried with --sweep on every select case
+    dict(), dict(bits=8), dict(row_elems=8), dict(row_elems=32), dict(chunk=2048, chunk_warps=4),
+]
+
+
+def profile(cases):
+    """Per-kernel GPU time of one logits_topk call per case (torch.profiler, 5 calls averaged)."""
+    for name, t, n, mask, topk in cases:
+        ks, ke = ranges(t, n, mask)
+        logits = torch.randn(t, n, device=DEVICE)
+        fn = lambda: inductor_dsa.logits_topk(logits, topk, k_start=ks, k_end=ke)
+        fn()
+        torch.cuda.synchronize()
+        with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CUDA]) as prof:
+            for _ in range(5):
+                fn()
+            torch.cuda.synchronize()
+        per = {}
+        for ev in prof.events():
+            if ev.device_type == torch.autograd.DeviceType.CUDA:
+                per[ev.name] = per.get(ev.name, 0.0) + ev.device_time / 5
+        print(f"profile {name} k={topk}: " + ", ".join(f"{k[:40]} {v:.1f} us" for k, v in
+                                                      sorted(per.items(), key=lambda kv: -kv[1])), flush=True)
+
+
+def sweep(cases):
+    target = configs.target_for(torch.device(DEVICE))
+    keep = configs.SELECT[target]
+    for name, t, n, mask, topk in cases:
+        ks, ke = ranges(t, n, mask)
+        logits = torch.randn(t, n, device=DEVICE)
+        for change in SWEEP:
+            configs.SELECT[target] = dataclasses.replace(keep, **change)
+            try:
+                fn = lambda: inductor_dsa.logits_topk(logits, topk, k_start=ks, k_end=ke)
+                p, gr = times(fn)
+                print(f"sweep {name} k={topk} {change}: {p:.4f} ms, graph {gr:.4f} ms", flush=True)
+            except Exception as e:  # noqa: BLE001 - a config that fails to compile is reported
+                print(f"sweep {name} {change}: {type(e).__name__} {e}"[:300], flush=True)
+        configs.SELECT[target] = keep
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--smoke", action="store_true", help="tiny cases (CPU, Triton interpreter)")
+    ap.add_argument("--sweep", action="store_true", help="time SelectConfig candidates first")
+    ap.add_argument("--no-fused", action="store_true", help="the select table only")
+    ap.add_argument("--profile", action="store_true", help="per-kernel GPU times of each select case")
+    ap.add_argument("--out")
+    args = ap.parse_args()
+    print(env_line(), flush=True)
+    sel_cases = SMOKE_SELECT if args.smoke else SELECT_CASES
+    if args.profile:
+        profile(sel_cases)
+    if args.sweep:
+        sweep(sel_cases)
+    rows = []
+    for case in sel_cases:
+        rows.append(bench_select(*case))
+        print(rows[-1], flush=True)
+    cols = ["case", "ours ms", "ours graph ms", "torch.topk ms", "torch.topk graph ms", "x vs torch",
+            "x vs torch (graph)", "floor ms", "peak extra MiB ours", "check"]
+    fused = []
+    if not args.no_fused:
+        for case in SMOKE_FUSED if args.smoke else FUSED_CASES:
+            fused += bench_fused(*case)
+            print(fused[-1], flush=True)
+    print(table(rows, cols))
+    if fused:
+        print(table(fused, ["case", "fused ms", "fused graph ms", "logits ms", "logits graph ms", "fused / logits",
+                            "fused / logits (graph)", "peak extra MiB fused", "check"]))
+    write_json(args.out, {"env": env_line(), "ceilings": CEILINGS, "select": rows, "fused": fused})
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,353 @@
+"""The top-k selection engine: top-TOPK of fp32 rows over per-row column ranges [s, e).
+
+Semantics (README, "Top-k"): descending by score; ties go to the lower column; NaN ranks below
+every number (-inf included) and reads -inf when selected; +0.0 and -0.0 are one score; slots
+past the row's visible count are index -1, value -inf. Results are deterministic run to run and
+no launch decision reads data (CUDA-graph capturable).
+
+Scores become order-preserving uint32 keys (``sel_key``). The k-th largest key is found by a
+radix select, most significant BITS-bit digit first: a histogram of the digit over the keys
+that share the prefix fixed so far, then the digit whose bin holds the k-th largest. The passes
+stop once the threshold bin is wholly needed (lower digits cannot change the set). Winners are
+the keys above the threshold prefix plus the lowest columns among those equal to it; they are
+then sorted by (key, -column).
+
+Two shapes of work, chosen by shapes only (kernels/select_launch.py):
+  ``select_kernel``: one program per row (many rows of at most ``row_max`` columns). Its
+    ``select_row`` loops over the row in steps of CH columns for every digit pass, then
+    compacts the winners and sorts them (bitonic, ``_sort_keys``). The paged decode indexer
+    uses ``select_row`` for its chunk selects and final merge.
+  chunked (long rows, or few rows): every row is cut into chunks of CHUNK columns, one program
+    per (row, chunk), a launch per digit pass. ``radix_pass_kernel`` adds its chunk's digit
+    histogram to the row's (int atomics: deterministic); ``radix_ties_kernel`` counts, per
+    chunk, the keys equal to a threshold that is only partly needed (a no-op otherwise);
+    ``radix_collect_kernel`` writes each chunk's winners at a position taken from a row
+    counter; ``sort_rows_kernel`` sorts them, or, for a few rows, ``rank_sort_kernel`` places
+    each winner at its rank from several programs per row. Positions taken from the counter
+    depend on timing; the sorted result does not.
+"""
+import triton
+import triton.language as tl
+
+NEG_INF_KEY = tl.constexpr(0x007FFFFF)  # sel_key(-inf); NaN's key 0 lies below it
+
+
+@triton.jit
+def sel_key(x):
+    """Order-preserving uint32 key of a float32: -0.0 and +0.0 share 0x80000000, NaN is 0 (below
+    -inf's key, 0x007FFFFF)."""
+    u = tl.where(x == 0.0, 0, x.to(tl.uint32, bitcast=True))
+    key = tl.where((u >> 31) == 1, u ^ 0xFFFFFFFF, u | 0x80000000)
+    return tl.where(x != x, 0, key)
+
+
+@triton.jit
+def key_to_f32(key):
+    """Inverse of sel_key (NaN and -0.0 come back as the keys they were mapped to)."""
+    u = tl.where((key >> 31) == 1, key & 0x7FFFFFFF, key ^ 0xFFFFFFFF)
+    return u.to(tl.float32, bitcast=True)
+
+
+@triton.jit
+def _key_value(key):
+    """The score a key stands for, NaN (key below -inf's) read as -inf."""
+    return tl.where(key < NEG_INF_KEY, float("-inf"), key_to_f32(key))
+
+
+@triton.jit
+def _top_bits(nbits):
+    """uint32 mask of the top ``nbits`` bits (0 <= nbits <= 32)."""
+    ones = tl.full((), 0xFFFFFFFF, tl.uint32)
+    return tl.where(nbits >= 32, ones, ones ^ (ones >> tl.minimum(nbits, 31).to(tl.uint32)))
+
+
+@triton.jit
+def _digit_step(hist, thr, need, nbits, BITS: tl.constexpr):
+    """One radix level: from the histogram of the next digit (keys with prefix ``thr``), the
+    digit holding the need-th largest key. Returns (thr, need, nbits, bin count), need now
+    counted inside the chosen bin."""
+    bins = tl.arange(0, 1 << BITS)
+    at_least = tl.cumsum(hist, 0, reverse=True)
+    digit = tl.max(tl.where(at_least >= need, bins, 0), 0)
+    need -= tl.sum(tl.where(bins > digit, hist, 0), 0)
+    thr = thr | (digit.to(tl.uint32) << (32 - BITS - nbits).to(tl.uint32))
+    return thr, need, nbits + BITS, tl.sum(tl.where(bins == digit, hist, 0), 0)
+
+
+@triton.jit
+def _winners(key, m, thr, need, nbits, eq, eq_before):
+    """Mask of the winners among keys under m: above the prefix, or equal to it and among the
+    first ``need`` such (counting ``eq_before`` equal keys at lower columns elsewhere)."""
+    km = key & _top_bits(nbits)
+    hit = m & (km == thr)
+    if eq > need:
+        hit = hit & (eq_before + tl.cumsum(hit.to(tl.int32), 0) - 1 < need)
+    return (m & (km > thr)) | hit
+
+
+@triton.jit
+def _store_winners(out_k, out_i, take, key, cols, base):
+    """Winners' keys (uint32 bits into the fp32 output) and columns at base, base + 1, ... in column order."""
+    pos = base + tl.cumsum(take.to(tl.int32), 0) - 1
+    tl.store(out_k + pos, key, mask=take)
+    tl.store(out_i + pos, cols, mask=take)
+
+
+@triton.jit
+def _word(key, col):
+    """The sort word of a (key, column) pair: larger key first, then lower column."""
+    return (key.to(tl.uint64) << 32) | (col.to(tl.uint32) ^ 0xFFFFFFFF).to(tl.uint64)
+
+
+@triton.jit
+def _sort_keys(out_v, out_i, taken, TOPK: tl.constexpr, TOPK_P2: tl.constexpr):
+    """Sort the ``taken`` (key bits, column) pairs at out_v/out_i descending by key, ties by lower
+    column; write scores and columns, -inf / -1 past ``taken`` up to TOPK."""
+    out_k = out_v.to(tl.pointer_type(tl.uint32))
+    p = tl.arange(0, TOPK_P2)
+    valid = p < taken
+    key = tl.load(out_k + p, mask=valid, other=0)
+    i = tl.load(out_i + p, mask=valid, other=0)
+    word = tl.sort(tl.where(valid, _word(key, i), 0), 0, descending=True)
+    v = _key_value((word >> 32).to(tl.uint32))
+    i = ((word & 0xFFFFFFFF).to(tl.uint32) ^ 0xFFFFFFFF).to(tl.int32)
+    tl.debug_barrier()
+    tl.store(out_v + p, tl.where(valid, v, float("-inf")), mask=p < TOPK)
+    tl.store(out_i + p, tl.where(valid, i, -1), mask=p < TOPK)
+
+
+@triton.jit
+def _row_range(k_start, k_end, t, L):
+    """Row t's visible columns [s, e), clamped to [0, L] (an empty or inverted range is empty)."""
+    s = tl.minimum(tl.maximum(tl.load(k_start + t), 0), L)
+    e = tl.maximum(tl.minimum(tl.load(k_end + t), L), s)
+    return s, e
+
+
+@triton.jit
+def _hist_threshold(hist, n, TOPK: tl.constexpr, PASSES: tl.constexpr, BITS: tl.constexpr):
+    """The radix state after the first PASSES passes of a row, from its per-pass histograms
+    hist[p, 1 << BITS]: (thr, need, nbits, eq, done); done once the set is fixed (n <= TOPK,
+    the bin wholly needed, or all 32 bits resolved)."""
+    bins = tl.arange(0, 1 << BITS)
+    thr = tl.zeros((), tl.uint32)
+    need = tl.full((), TOPK, tl.int32)
+    nbits = tl.zeros((), tl.int32)
+    eq = tl.zeros((), tl.int32)
+    done = n <= TOPK
+    for p in tl.static_range(PASSES):
+        h = tl.load(hist + p * (1 << BITS) + bins)
+        thr2, need2, nbits2, eq2 = _digit_step(h, thr, need, nbits, BITS)
+        thr = tl.where(done, thr, thr2)
+        need = tl.where(done, need, need2)
+        nbits = tl.where(done, nbits, nbits2)
+        eq = tl.where(done, eq, eq2)
+        done = done | (nbits == 32) | (eq == need)
+    return thr, need, nbits, eq, done
+
+
+@triton.jit
+def _chunk(src, k_start, k_end, r, t, c, L, s_src, CHUNK: tl.constexpr):
+    """Chunk c of row r (token t): (columns, visible mask, keys, n = visible count of the row,
+    any = the chunk holds a visible column)."""
+    s, e = _row_range(k_start, k_end, t, L)
+    cols = c * CHUNK + tl.arange(0, CHUNK)
+    any_ = (c * CHUNK < e) & (c * CHUNK + CHUNK > s)
+    m = (cols >= s) & (cols < e) & any_
+    key = sel_key(tl.load(src + r.to(tl.int64) * s_src + cols, mask=m, other=0.0))
+    return cols, m, key, e - s, any_
+
+
+@triton.jit
+def radix_pass_kernel(src, k_start, k_end, state, row0, T, L, s_src, S,
+                      PASS: tl.constexpr, PASSES: tl.constexpr, TOPK: tl.constexpr,
+                      CHUNK: tl.constexpr, BITS: tl.constexpr):
+    """Digit pass PASS, grid (rows, S): chunk c's histogram of digit PASS over the keys sharing
+    the prefix of passes < PASS, added to the row's hist[PASS] (state row: PASSES histograms,
+    then the collect counter, then S tie counts)."""
+    r = tl.program_id(0)
+    c = tl.program_id(1)
+    t = row0 + r
+    if t < T:
+        st = state + r.to(tl.int64) * (PASSES * (1 << BITS) + 1 + S)
+        cols, m, key, n, any_ = _chunk(src, k_start, k_end, r, t, c, L, s_src, CHUNK)
+        thr, need, nbits, eq, done = _hist_threshold(st, n, TOPK, PASS, BITS)
+        if any_ & (done == 0):
+            m = m & ((key & _top_bits(nbits)) == thr)
+            digit = ((key >> (32 - BITS - PASS * BITS)) & ((1 << BITS) - 1)).to(tl.int32)
+            h = tl.histogram(digit, 1 << BITS, mask=m)
+            tl.atomic_add(st + PASS * (1 << BITS) + tl.arange(0, 1 << BITS), h, mask=h > 0, sem="relaxed")
+
+
+@triton.jit
+def radix_ties_kernel(src, k_start, k_end, state, row0, T, L, s_src, S,
+                      PASSES: tl.constexpr, TOPK: tl.constexpr, CHUNK: tl.constexpr, BITS: tl.constexpr):
+    """Grid (rows, S): ties[c] = chunk c's keys equal to the row's final threshold prefix when
+    only part of them is taken (else nothing is read or written)."""
+    r = tl.program_id(0)
+    c = tl.program_id(1)
+    t = row0 + r
+    if t < T:
+        st = state + r.to(tl.int64) * (PASSES * (1 << BITS) + 1 + S)
+        s, e = _row_range(k_start, k_end, t, L)
+        thr, need, nbits, eq, done = _hist_threshold(st, e - s, TOPK, PASSES, BITS)
+        if (e - s > TOPK) & (eq > need):
+            cols, m, key, n, any_ = _chunk(src, k_start, k_end, r, t, c, L, s_src, CHUNK)
+            hit = m & ((key & _top_bits(nbits)) == thr)
+            tl.store(st + PASSES * (1 << BITS) + 1 + c, tl.sum(hit.to(tl.int32), 0))
+
+
+@triton.jit
+def radix_collect_kernel(src, k_start, k_end, state, dst_k, dst_i, row0, T, L, s_src, S, s_dst,
+                         PASSES: tl.constexpr, TOPK: tl.constexpr, CHUNK: tl.constexpr,
+                         BITS: tl.constexpr, S_P2: tl.constexpr):
+    """Grid (rows, S): chunk c's winners (key bits, column), unsorted, into row ``dst_row`` of
+    dst_k / dst_i (the output rows, indexed by token, or a scratch indexed by r: ``s_dst`` = 0
+    selects the latter) at positions reserved from the row's counter."""
+    r = tl.program_id(0)
+    c = tl.program_id(1)
+    t = row0 + r
+    if t < T:
+        st = state + r.to(tl.int64) * (PASSES * (1 << BITS) + 1 + S)
+        cols, m, key, n, any_ = _chunk(src, k_start, k_end, r, t, c, L, s_src, CHUNK)
+        if any_:
+            take = m
+            if n > TOPK:
+                thr, need, nbits, eq, done = _hist_threshold(st, n, TOPK, PASSES, BITS)
+                sl = tl.arange(0, S_P2)
+                before = tl.sum(tl.load(st + PASSES * (1 << BITS) + 1 + sl, mask=sl < c, other=0), 0)
+                take = _winners(key, m, thr, need, nbits, eq, before)
+            cnt = tl.sum(take.to(tl.int32), 0)
+            base = tl.atomic_add(st + PASSES * (1 << BITS), cnt, sem="relaxed")
+            row = tl.where(s_dst == 0, r, t).to(tl.int64) * TOPK
+            _store_winners(dst_k.to(tl.pointer_type(tl.uint32)) + row, dst_i + row, take, key, cols, base)
+
+
+@triton.jit
+def sort_rows_kernel(k_start, k_end, out_v, out_i, row0, T, L,
+                     TOPK: tl.constexpr, TOPK_P2: tl.constexpr):
+    """One program per token t = row0 + pid: sort its min(visible, TOPK) collected winners."""
+    t = row0 + tl.program_id(0)
+    if t < T:
+        s, e = _row_range(k_start, k_end, t, L)
+        _sort_keys(out_v + t.to(tl.int64) * TOPK, out_i + t.to(tl.int64) * TOPK,
+                   tl.minimum(e - s, TOPK), TOPK, TOPK_P2)
+
+
+@triton.jit
+def rank_sort_kernel(src_k, src_i, k_start, k_end, out_v, out_i, row0, T, L,
+                     TOPK: tl.constexpr, TOPK_P2: tl.constexpr, SLICE: tl.constexpr):
+    """Grid (rows, TOPK_P2 / SLICE), for few rows: each program places SLICE of row r's collected
+    winners (src, scratch row r) at their rank among all of them, rank = how many (key, -column)
+    words are larger (words are distinct), and pads its share of slots past the count."""
+    r = tl.program_id(0)
+    t = row0 + r
+    if t < T:
+        s, e = _row_range(k_start, k_end, t, L)
+        taken = tl.minimum(e - s, TOPK)
+        src_k = src_k.to(tl.pointer_type(tl.uint32)) + r.to(tl.int64) * TOPK
+        src_i = src_i + r.to(tl.int64) * TOPK
+        p = tl.arange(0, TOPK_P2)
+        word = _word(tl.load(src_k + p, mask=p < taken, other=0), tl.load(src_i + p, mask=p < taken, other=0))
+        word = tl.where(p < taken, word, 0)
+        q = tl.program_id(1) * SLICE + tl.arange(0, SLICE)
+        mk = tl.load(src_k + q, mask=q < taken, other=0)
+        mi = tl.load(src_i + q, mask=q < taken, other=0)
+        rank = tl.sum((word[None, :] > _word(mk, mi)[:, None]).to(tl.int32), 1)
+        dst = t.to(tl.int64) * TOPK
+        tl.store(out_v + dst + rank, _key_value(mk), mask=q < taken)
+        tl.store(out_i + dst + rank, mi, mask=q < taken)
+        pad = (q >= taken) & (q < TOPK)
+        tl.store(out_v + dst + q, float("-inf"), mask=pad)
+        tl.store(out_i + dst + q, -1, mask=pad)
+
+
+@triton.jit
+def select_row(src, s, e, out_v, out_i, TOPK: tl.constexpr, TOPK_P2: tl.constexpr, CH: tl.constexpr,
+               SORTED: tl.constexpr = True, src_idx=None, BITS: tl.constexpr = 8,
+               EARLY_EXIT: tl.constexpr = True):
+    """Top-TOPK of src[s:e] (fp32, columns s..e-1) into out_v/out_i[0:TOPK], sorted descending.
+
+    ``src_idx`` (int32, same positions as ``src``) replaces the column number written to out_i
+    (a merge of candidate lists); ties still go to the lower position, so positions must be in
+    ascending index order among equal scores. Without SORTED the min(TOPK, e - s) winners' scores
+    are left in ascending position order and nothing else is written (no sort, no padding).
+
+    Radix select, most significant digit first: up to 32/BITS passes of 2**BITS-bin histograms
+    over uint32 keys find the threshold prefix ``thr`` (the top ``nbits`` bits) and how many
+    elements with that prefix to keep (``need``). With EARLY_EXIT the passes stop once every
+    element with the prefix is needed (its bin count == need): lower digits cannot change the
+    set, so the output is the same. Then one compaction pass and a bitonic sort of the <= TOPK
+    winners (``_sort_keys``). Slots past the visible count get -inf / -1. On the H200 ``tl.histogram`` cost grew
+    with the bin count (4096 rows: 4 x 256 bins 293 us, 4 x 1024 bins 1.4 ms); 8 passes of 4-bit
+    one-hot counts (no histogram) measured 1.8x slower than 8-bit histograms.
+    """
+    NBINS: tl.constexpr = 1 << BITS
+    n = e - s
+    thr = tl.zeros((), tl.uint32)  # the threshold prefix, in the top nbits bits of a key
+    need = tl.zeros((), tl.int32) + tl.minimum(n, TOPK)
+    nbits = tl.full((), 32, tl.int32)  # n <= TOPK: all 32, thr 0, all n keys (> 0, or NaN's 0) taken
+    ones = tl.full((), 0xFFFFFFFF, tl.uint32)
+    bins = tl.arange(0, NBINS)
+    if n > TOPK:
+        nbits = tl.zeros((), tl.int32)
+        done = tl.zeros((), tl.int32)
+        while done == 0:
+            shift = 32 - BITS - nbits
+            fixed = ones ^ (ones >> nbits.to(tl.uint32))  # the top nbits bits
+            hist = tl.zeros((NBINS,), tl.int32)
+            for c0 in range(s, e, CH):
+                cols = c0 + tl.arange(0, CH)
+                key = sel_key(tl.load(src + cols, mask=cols < e, other=0.0))
+                m = (cols < e) & ((key & fixed) == thr)
+                hist += tl.histogram(((key >> shift.to(tl.uint32)) & (NBINS - 1)).to(tl.int32), NBINS, mask=m)
+            at_least = tl.cumsum(hist, 0, reverse=True)
+            digit = tl.max(tl.where(at_least >= need, bins, 0), 0)
+            need -= tl.sum(tl.where(bins > digit, hist, 0), 0)
+            thr = thr | (digit.to(tl.uint32) << shift.to(tl.uint32))
+            nbits += BITS
+            # stop at the last digit, or once every element of the threshold bin is needed
+            # (lower digits cannot change the set then)
+            whole_bin = tl.sum(tl.where(bins == digit, hist, 0), 0) == need
+            done = ((nbits == 32) | (EARLY_EXIT & whole_bin)).to(tl.int32)
+    # keys compared on their top nbits (all 32 unless the passes stopped early)
+    low = (32 - nbits).to(tl.uint32)
+    hi_mask = (ones >> low) << low
+    taken = tl.zeros((), tl.int32)
+    eq_seen = tl.zeros((), tl.int32)
+    for c0 in range(s, e, CH):
+        cols = c0 + tl.arange(0, CH)
+        m = cols < e
+        x = tl.load(src + cols, mask=m, other=0.0)
+        key = sel_key(x)
+        kt = key & hi_mask
+        eq = m & (kt == thr)
+        eq_rank = eq_seen + tl.cumsum(eq.to(tl.int32), 0) - 1
+        take = (m & (kt > thr)) | (eq & (eq_rank < need))
+        pos = taken + tl.cumsum(take.to(tl.int32), 0) - 1
+        if src_idx is not None:
+            idx = tl.load(src_idx + cols, mask=take, other=-1)
+        else:
+            idx = cols
+        if SORTED:  # key bits, for _sort_keys
+            tl.store(out_v.to(tl.pointer_type(tl.uint32)) + pos, key, mask=take & (pos < TOPK))
+        else:
+            tl.store(out_v + pos, x, mask=take & (pos < TOPK))
+        tl.store(out_i + pos, idx, mask=take & (pos < TOPK))
+        taken += tl.sum(take.to(tl.int32), 0)
+        eq_seen += tl.sum(eq.to(tl.int32), 0)
+    if SORTED:
+        tl.debug_barrier()
+        _sort_keys(out_v, out_i, taken, TOPK, TOPK_P2)
+
+
+@triton.jit
+def select_kernel(ws, k_start, k_end, out_v, out_i, row0, T, K, s_ws,
+                  TOPK: tl.constexpr, TOPK_P2: tl.constexpr, CH: tl.constexpr, BITS: tl.constexpr):
+    """Top-k of the staged scores ws[t - row0, k_start[t]:k_end[t]] for one token t per program."""
+    t = row0 + tl.program_id(0)
+    if t < T:
+        s = tl.maximum(tl.load(k_start + t), 0)
+        e = tl.maximum(tl.minimum(tl.load(k_end + t), K), s)
+        select_row(ws + tl.program_id(0).to(tl.int64) * s_ws, s, e,
+                   out_v + t.to(tl.int64) * TOPK, out_i + t.to(tl.int64) * TOPK, TOPK, TOPK_P2, CH, BITS=BITS)

@@ -1,0 +1,55 @@
+"""Launcher of the selection engine (kernels/select.py): top-k of fp32 rows over per-row ranges.
+
+The method depends only on shapes, never on data: one program per row (``select_kernel``) while
+rows are many and at most ``row_max`` long; otherwise the chunked radix passes over (row, chunk)
+programs, whose winners are sorted per row, or ranked by several programs per row when the rows
+are too few to fill the GPU.
+"""
+from __future__ import annotations
+
+import torch
+
+from . import configs
+from .host import cdiv, next_pow2
+from .select import (radix_collect_kernel, radix_pass_kernel, radix_ties_kernel, rank_sort_kernel,
+                     select_kernel, sort_rows_kernel)
+
+
+def chunked(rows: int, n: int, cfg: configs.SelectConfig) -> bool:
+    """Rows of n columns go through the chunked passes (else one program per row)."""
+    return n > cfg.row_max or (rows < cfg.few_rows and n > cfg.chunk)
+
+
+def select(src, row0: int, rows: int, t: int, n: int, k_start, k_end, out_v, out_i, topk: int,
+           cfg: configs.SelectConfig):
+    """Top-k of tokens row0 .. row0 + rows - 1 (< t), whose scores are src[t - row0, :n] (last dim
+    contiguous), into out_v / out_i [T, topk] rows row0 ...; columns k_start[t] <= j < k_end[t]."""
+    topk_p2 = next_pow2(topk)
+    if not chunked(rows, n, cfg):
+        select_kernel[(rows,)](src, k_start, k_end, out_v, out_i, row0, t, n, src.stride(0),
+                               TOPK=topk, TOPK_P2=topk_p2, CH=cfg.ch, BITS=cfg.bits, num_warps=cfg.num_warps)
+        return
+    bits, chunk = cfg.pass_bits, cfg.chunk
+    passes = 32 // bits
+    s = cdiv(n, chunk)
+    state = torch.zeros((rows, passes * (1 << bits) + 1 + s), dtype=torch.int32, device=src.device)
+    common = dict(TOPK=topk, CHUNK=chunk, BITS=bits, num_warps=cfg.chunk_warps)
+    args = (src, k_start, k_end, state, row0, t, n, src.stride(0), s)
+    for p in range(passes):
+        radix_pass_kernel[(rows, s)](*args, PASS=p, PASSES=passes, **common)
+    radix_ties_kernel[(rows, s)](*args, PASSES=passes, **common)
+    rank = rows <= cfg.rank_rows
+    # ranked: winners go to a scratch [rows, topk] pair first (the ranking reads them all)
+    dst_k, dst_i = ((torch.empty((rows, topk), dtype=torch.int32, device=src.device),) * 2 if rank
+                    else (out_v, out_i))
+    if rank:
+        dst_i = torch.empty_like(dst_k)
+    radix_collect_kernel[(rows, s)](*args[:4], dst_k, dst_i, *args[4:], 0 if rank else 1,
+                                    PASSES=passes, S_P2=next_pow2(s), **common)
+    if rank:
+        slice_ = min(cfg.rank_slice, topk_p2)
+        rank_sort_kernel[(rows, topk_p2 // slice_)](dst_k, dst_i, k_start, k_end, out_v, out_i, row0, t, n,
+                                                    TOPK=topk, TOPK_P2=topk_p2, SLICE=slice_, num_warps=4)
+    else:
+        sort_rows_kernel[(rows,)](k_start, k_end, out_v, out_i, row0, t, n, TOPK=topk, TOPK_P2=topk_p2,
+                                  num_warps=cfg.sort_warps)
