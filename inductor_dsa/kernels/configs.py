@@ -76,7 +76,7 @@ class SelectConfig:
     pass_bits: int = 8     # digit width of the chunked passes (one launch each)
     sort_warps: int = 4    # per-row bitonic sort of the chunked path's winners
     rank_rows: int = 8     # at most this many rows: winners ranked by topk / rank_slice programs per row
-    rank_slice: int = 64
+    rank_slice: int = 32   # (64, or 128-word tiles, spill SGPRs on gfx942)
 
 
 # H200 (torch 2.11, triton 3.6), one program per row, 4096 causal rows of 4096, top-512: 8-bit

@@ -165,6 +165,7 @@ def aot_variants(target: str, head_dim: int = 128, heads: int = 64, tokens: int 
         sig = {a: ("constexpr" if a in consts else pointers.get(a, "i32")) for a in select_kernel.arg_names}
         yield (f"indexer_select[topk={n}]", select_kernel, sig, consts, dict(num_warps=sel.num_warps),
                dict(row0=0, T=tokens, K=tokens, s_ws=tokens))
+    yield from select_launch.aot_variants(target)
 
 
 # --- sparse attention -------------------------------------------------------------------------

@@ -125,24 +125,42 @@ def _row_range(k_start, k_end, t, L):
 
 
 @triton.jit
-def _hist_threshold(hist, n, TOPK: tl.constexpr, PASSES: tl.constexpr, BITS: tl.constexpr):
-    """The radix state after the first PASSES passes of a row, from its per-pass histograms
-    hist[p, 1 << BITS]: (thr, need, nbits, eq, done); done once the set is fixed (n <= TOPK,
-    the bin wholly needed, or all 32 bits resolved)."""
-    bins = tl.arange(0, 1 << BITS)
-    thr = tl.zeros((), tl.uint32)
-    need = tl.full((), TOPK, tl.int32)
-    nbits = tl.zeros((), tl.int32)
-    eq = tl.zeros((), tl.int32)
-    done = n <= TOPK
-    for p in tl.static_range(PASSES):
-        h = tl.load(hist + p * (1 << BITS) + bins)
-        thr2, need2, nbits2, eq2 = _digit_step(h, thr, need, nbits, BITS)
-        thr = tl.where(done, thr, thr2)
-        need = tl.where(done, need, need2)
-        nbits = tl.where(done, nbits, nbits2)
-        eq = tl.where(done, eq, eq2)
-        done = done | (nbits == 32) | (eq == need)
+def _state_row(state, r, S, PASSES: tl.constexpr, BITS: tl.constexpr):
+    """Row r's int32 state: PASSES digit histograms, PASSES arrival counters, the radix state
+    (thr bits, need, nbits, eq, done), the collect counter, then S tie counts (offsets: _at)."""
+    return state + r.to(tl.int64) * (PASSES * ((1 << BITS) + 1) + 6 + S)
+
+
+@triton.jit
+def _at(what: tl.constexpr, PASSES: tl.constexpr, BITS: tl.constexpr):
+    """Offset in a state row of: 0 arrival counters, 1 radix state, 2 collect counter, 3 tie counts."""
+    base = PASSES * (1 << BITS)
+    if what == 1:
+        base += PASSES
+    elif what == 2:
+        base += PASSES + 5
+    elif what == 3:
+        base += PASSES + 6
+    return base
+
+
+@triton.jit
+def _radix_state(st, n, TOPK: tl.constexpr, PASS: tl.constexpr, PASSES: tl.constexpr, BITS: tl.constexpr):
+    """(thr, need, nbits, eq, done) of a row before digit pass PASS (PASS == PASSES: the final
+    state); done once the set is fixed (n <= TOPK, the bin wholly needed, or all 32 bits)."""
+    if PASS == 0:
+        thr = tl.zeros((), tl.uint32)
+        need = tl.full((), TOPK, tl.int32)
+        nbits = tl.zeros((), tl.int32)
+        eq = tl.zeros((), tl.int32)
+        done = (n <= TOPK).to(tl.int32)
+    else:
+        rs = st + _at(1, PASSES, BITS)
+        thr = tl.load(rs).to(tl.uint32, bitcast=True)
+        need = tl.load(rs + 1)
+        nbits = tl.load(rs + 2)
+        eq = tl.load(rs + 3)
+        done = tl.load(rs + 4)
     return thr, need, nbits, eq, done
 
 
@@ -163,20 +181,32 @@ def radix_pass_kernel(src, k_start, k_end, state, row0, T, L, s_src, S,
                       PASS: tl.constexpr, PASSES: tl.constexpr, TOPK: tl.constexpr,
                       CHUNK: tl.constexpr, BITS: tl.constexpr):
     """Digit pass PASS, grid (rows, S): chunk c's histogram of digit PASS over the keys sharing
-    the prefix of passes < PASS, added to the row's hist[PASS] (state row: PASSES histograms,
-    then the collect counter, then S tie counts)."""
+    the threshold prefix so far, added to the row's hist[PASS]. The row's last program to arrive
+    (acq_rel counter: it sees every other program's histogram) advances the row's radix state."""
     r = tl.program_id(0)
     c = tl.program_id(1)
     t = row0 + r
     if t < T:
-        st = state + r.to(tl.int64) * (PASSES * (1 << BITS) + 1 + S)
+        st = _state_row(state, r, S, PASSES, BITS)
         cols, m, key, n, any_ = _chunk(src, k_start, k_end, r, t, c, L, s_src, CHUNK)
-        thr, need, nbits, eq, done = _hist_threshold(st, n, TOPK, PASS, BITS)
+        thr, need, nbits, eq, done = _radix_state(st, n, TOPK, PASS, PASSES, BITS)
+        bins = tl.arange(0, 1 << BITS)
+        hist = st + PASS * (1 << BITS) + bins
         if any_ & (done == 0):
             m = m & ((key & _top_bits(nbits)) == thr)
             digit = ((key >> (32 - BITS - PASS * BITS)) & ((1 << BITS) - 1)).to(tl.int32)
             h = tl.histogram(digit, 1 << BITS, mask=m)
-            tl.atomic_add(st + PASS * (1 << BITS) + tl.arange(0, 1 << BITS), h, mask=h > 0, sem="relaxed")
+            tl.atomic_add(hist, h, mask=h > 0, sem="relaxed")
+        if tl.atomic_add(st + _at(0, PASSES, BITS) + PASS, 1, sem="acq_rel") == S - 1:
+            if done == 0:
+                thr, need, nbits, eq = _digit_step(tl.load(hist, volatile=True), thr, need, nbits, BITS)
+                done = ((nbits == 32) | (eq == need)).to(tl.int32)
+            rs = st + _at(1, PASSES, BITS)
+            tl.store(rs, thr.to(tl.int32, bitcast=True))
+            tl.store(rs + 1, need)
+            tl.store(rs + 2, nbits)
+            tl.store(rs + 3, eq)
+            tl.store(rs + 4, done)
 
 
 @triton.jit
@@ -188,13 +218,13 @@ def radix_ties_kernel(src, k_start, k_end, state, row0, T, L, s_src, S,
     c = tl.program_id(1)
     t = row0 + r
     if t < T:
-        st = state + r.to(tl.int64) * (PASSES * (1 << BITS) + 1 + S)
+        st = _state_row(state, r, S, PASSES, BITS)
         s, e = _row_range(k_start, k_end, t, L)
-        thr, need, nbits, eq, done = _hist_threshold(st, e - s, TOPK, PASSES, BITS)
+        thr, need, nbits, eq, done = _radix_state(st, e - s, TOPK, PASSES, PASSES, BITS)
         if (e - s > TOPK) & (eq > need):
             cols, m, key, n, any_ = _chunk(src, k_start, k_end, r, t, c, L, s_src, CHUNK)
             hit = m & ((key & _top_bits(nbits)) == thr)
-            tl.store(st + PASSES * (1 << BITS) + 1 + c, tl.sum(hit.to(tl.int32), 0))
+            tl.store(st + _at(3, PASSES, BITS) + c, tl.sum(hit.to(tl.int32), 0))
 
 
 @triton.jit
@@ -208,17 +238,17 @@ def radix_collect_kernel(src, k_start, k_end, state, dst_k, dst_i, row0, T, L, s
     c = tl.program_id(1)
     t = row0 + r
     if t < T:
-        st = state + r.to(tl.int64) * (PASSES * (1 << BITS) + 1 + S)
+        st = _state_row(state, r, S, PASSES, BITS)
         cols, m, key, n, any_ = _chunk(src, k_start, k_end, r, t, c, L, s_src, CHUNK)
         if any_:
             take = m
             if n > TOPK:
-                thr, need, nbits, eq, done = _hist_threshold(st, n, TOPK, PASSES, BITS)
+                thr, need, nbits, eq, done = _radix_state(st, n, TOPK, PASSES, PASSES, BITS)
                 sl = tl.arange(0, S_P2)
-                before = tl.sum(tl.load(st + PASSES * (1 << BITS) + 1 + sl, mask=sl < c, other=0), 0)
+                before = tl.sum(tl.load(st + _at(3, PASSES, BITS) + sl, mask=sl < c, other=0), 0)
                 take = _winners(key, m, thr, need, nbits, eq, before)
             cnt = tl.sum(take.to(tl.int32), 0)
-            base = tl.atomic_add(st + PASSES * (1 << BITS), cnt, sem="relaxed")
+            base = tl.atomic_add(st + _at(2, PASSES, BITS), cnt, sem="relaxed")
             row = tl.where(s_dst == 0, r, t).to(tl.int64) * TOPK
             _store_winners(dst_k.to(tl.pointer_type(tl.uint32)) + row, dst_i + row, take, key, cols, base)
 
@@ -236,24 +266,27 @@ def sort_rows_kernel(k_start, k_end, out_v, out_i, row0, T, L,
 
 @triton.jit
 def rank_sort_kernel(src_k, src_i, k_start, k_end, out_v, out_i, row0, T, L,
-                     TOPK: tl.constexpr, TOPK_P2: tl.constexpr, SLICE: tl.constexpr):
-    """Grid (rows, TOPK_P2 / SLICE), for few rows: each program places SLICE of row r's collected
-    winners (src, scratch row r) at their rank among all of them, rank = how many (key, -column)
-    words are larger (words are distinct), and pads its share of slots past the count."""
+                     TOPK: tl.constexpr, SLICE: tl.constexpr, TILE: tl.constexpr):
+    """Grid (rows, cdiv(TOPK, SLICE)), for few rows: each program places SLICE of row r's collected
+    winners (src, scratch row r) at their rank among all of them, rank = how many have a larger
+    key, or the same key and a lower column (columns are distinct), and pads its share of slots past the count."""
     r = tl.program_id(0)
     t = row0 + r
     if t < T:
         s, e = _row_range(k_start, k_end, t, L)
         taken = tl.minimum(e - s, TOPK)
-        src_k = src_k.to(tl.pointer_type(tl.uint32)) + r.to(tl.int64) * TOPK
-        src_i = src_i + r.to(tl.int64) * TOPK
-        p = tl.arange(0, TOPK_P2)
-        word = _word(tl.load(src_k + p, mask=p < taken, other=0), tl.load(src_i + p, mask=p < taken, other=0))
-        word = tl.where(p < taken, word, 0)
+        keys = src_k.to(tl.pointer_type(tl.uint32)) + r.to(tl.int64) * TOPK
+        cols = src_i + r.to(tl.int64) * TOPK
         q = tl.program_id(1) * SLICE + tl.arange(0, SLICE)
-        mk = tl.load(src_k + q, mask=q < taken, other=0)
-        mi = tl.load(src_i + q, mask=q < taken, other=0)
-        rank = tl.sum((word[None, :] > _word(mk, mi)[:, None]).to(tl.int32), 1)
+        mk = tl.load(keys + q, mask=q < taken, other=0)
+        mi = tl.load(cols + q, mask=q < taken, other=0)
+        rank = tl.zeros((SLICE,), tl.int32)
+        for p0 in range(0, taken, TILE):  # the row's winners, TILE at a time (bounded registers)
+            p = p0 + tl.arange(0, TILE)
+            k = tl.load(keys + p, mask=p < taken, other=0)[None, :]
+            i = tl.load(cols + p, mask=p < taken, other=0)[None, :]
+            before = (k > mk[:, None]) | ((k == mk[:, None]) & (i < mi[:, None]))
+            rank += tl.sum((before & (p < taken)[None, :]).to(tl.int32), 1)
         dst = t.to(tl.int64) * TOPK
         tl.store(out_v + dst + rank, _key_value(mk), mask=q < taken)
         tl.store(out_i + dst + rank, mi, mask=q < taken)

@@ -14,6 +14,10 @@ from .host import cdiv, next_pow2
 from .select import (radix_collect_kernel, radix_pass_kernel, radix_ties_kernel, rank_sort_kernel,
                      select_kernel, sort_rows_kernel)
 
+RANK_TILE = 64   # rank_sort_kernel compares its slice with this many words of the row at a time
+_POINTERS = dict(src="*fp32", k_start="*i32", k_end="*i32", state="*i32", out_v="*fp32", out_i="*i32",
+                 dst_k="*i32", dst_i="*i32", src_k="*i32", src_i="*i32")
+
 
 def chunked(rows: int, n: int, cfg: configs.SelectConfig) -> bool:
     """Rows of n columns go through the chunked passes (else one program per row)."""
@@ -32,7 +36,7 @@ def select(src, row0: int, rows: int, t: int, n: int, k_start, k_end, out_v, out
     bits, chunk = cfg.pass_bits, cfg.chunk
     passes = 32 // bits
     s = cdiv(n, chunk)
-    state = torch.zeros((rows, passes * (1 << bits) + 1 + s), dtype=torch.int32, device=src.device)
+    state = torch.zeros((rows, passes * ((1 << bits) + 1) + 6 + s), dtype=torch.int32, device=src.device)  # select._state_row
     common = dict(TOPK=topk, CHUNK=chunk, BITS=bits, num_warps=cfg.chunk_warps)
     args = (src, k_start, k_end, state, row0, t, n, src.stride(0), s)
     for p in range(passes):
@@ -40,16 +44,38 @@ def select(src, row0: int, rows: int, t: int, n: int, k_start, k_end, out_v, out
     radix_ties_kernel[(rows, s)](*args, PASSES=passes, **common)
     rank = rows <= cfg.rank_rows
     # ranked: winners go to a scratch [rows, topk] pair first (the ranking reads them all)
-    dst_k, dst_i = ((torch.empty((rows, topk), dtype=torch.int32, device=src.device),) * 2 if rank
-                    else (out_v, out_i))
     if rank:
-        dst_i = torch.empty_like(dst_k)
+        dst_k, dst_i = torch.empty((2, rows, topk), dtype=torch.int32, device=src.device)
+    else:
+        dst_k, dst_i = out_v, out_i
     radix_collect_kernel[(rows, s)](*args[:4], dst_k, dst_i, *args[4:], 0 if rank else 1,
                                     PASSES=passes, S_P2=next_pow2(s), **common)
     if rank:
         slice_ = min(cfg.rank_slice, topk_p2)
-        rank_sort_kernel[(rows, topk_p2 // slice_)](dst_k, dst_i, k_start, k_end, out_v, out_i, row0, t, n,
-                                                    TOPK=topk, TOPK_P2=topk_p2, SLICE=slice_, num_warps=4)
+        rank_sort_kernel[(rows, cdiv(topk, slice_))](dst_k, dst_i, k_start, k_end, out_v, out_i, row0, t, n,
+                                                     TOPK=topk, SLICE=slice_, TILE=RANK_TILE, num_warps=4)
     else:
         sort_rows_kernel[(rows,)](k_start, k_end, out_v, out_i, row0, t, n, TOPK=topk, TOPK_P2=topk_p2,
                                   num_warps=cfg.sort_warps)
+
+
+def aot_variants(target: str, n: int = 1 << 20):
+    """(name, kernel, signature, constexprs, options, example ints) of the chunked path's kernels
+    for rows of n columns, top-512 and top-2048 (``python -m inductor_dsa.aot``)."""
+    cfg = configs.SELECT[target]
+    passes = 32 // cfg.pass_bits
+    s = cdiv(n, cfg.chunk)
+    ints = dict(row0=0, T=1, L=n, s_src=n, S=s, s_dst=1)
+    for topk in (512, 2048):
+        common = dict(TOPK=topk, CHUNK=cfg.chunk, BITS=cfg.pass_bits, PASSES=passes)
+        kernels = [("radix_pass[pass=0]", radix_pass_kernel, dict(common, PASS=0), cfg.chunk_warps),
+                   ("radix_pass[pass=1]", radix_pass_kernel, dict(common, PASS=1), cfg.chunk_warps),
+                   ("radix_ties", radix_ties_kernel, common, cfg.chunk_warps),
+                   ("radix_collect", radix_collect_kernel, dict(common, S_P2=next_pow2(s)), cfg.chunk_warps),
+                   ("sort_rows", sort_rows_kernel, dict(TOPK=topk, TOPK_P2=next_pow2(topk)), cfg.sort_warps),
+                   ("rank_sort", rank_sort_kernel, dict(TOPK=topk, SLICE=min(cfg.rank_slice, next_pow2(topk)),
+                                                        TILE=RANK_TILE), 4)]
+        for name, kernel, consts, warps in kernels:
+            sig = {a: ("constexpr" if a in consts else _POINTERS.get(a, "i32")) for a in kernel.arg_names}
+            yield (f"select_{name}[topk={topk}]", kernel, sig, consts, dict(num_warps=warps),
+                   {a: v for a, v in ints.items() if a in kernel.arg_names})
