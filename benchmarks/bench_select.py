@@ -113,7 +113,8 @@ def bench_fused(name, t, n, mask, topk):
 
 
 SWEEP = [  # SelectConfig fields tried with --sweep on every select case
-    dict(), dict(bits=8), dict(row_elems=8), dict(row_elems=32), dict(chunk=2048, chunk_warps=4),
+    dict(), dict(ch=512), dict(ch=512, num_warps=8), dict(ch=1024, num_warps=8), dict(bits=8, ch=512),
+    dict(chunk=4096), dict(chunk_programs=8), dict(rank_rows=0),
 ]
 
 

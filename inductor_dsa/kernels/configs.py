@@ -71,12 +71,15 @@ class SelectConfig:
     bits: int = 4     # ... and its digit width: up to 32/bits histograms of 2**bits bins
     row_max: int = 16384   # longer rows take the chunked passes ...
     few_rows: int = 128    # ... and so do rows longer than a chunk when there are fewer rows than this
-    chunk: int = 2048      # columns per program of the chunked passes
+    chunk: int = 2048      # columns per program of the chunked passes, at most ...
+    chunk_min: int = 512   # ... and at least (smaller while rows x chunks < chunk_programs per SM)
+    chunk_programs: int = 4
     chunk_warps: int = 4
     pass_bits: int = 8     # digit width of the chunked passes (one launch each)
     sort_warps: int = 4    # per-row bitonic sort of the chunked path's winners
     rank_rows: int = 8     # at most this many rows: winners ranked by topk / rank_slice programs per row
-    rank_slice: int = 32   # (64, or 128-word tiles, spill SGPRs on gfx942)
+    rank_slice: int = 8    # winners per program: an [8, topk] comparison over 16 warps (AOT gfx942:
+    rank_warps: int = 16   # [64, 2048] and [8, 2048] over 4-8 warps spilled SGPRs)
 
 
 # H200 (torch 2.11, triton 3.6), one program per row, 4096 causal rows of 4096, top-512: 8-bit
@@ -89,8 +92,8 @@ SELECT = {
     "sm90": SelectConfig(num_warps=4, ch=256, min_rows=512),
     "gfx942": SelectConfig(num_warps=4, ch=256, min_rows=512),
     "cuda": SelectConfig(num_warps=4, ch=256, min_rows=512),
-    "interpreter": SelectConfig(num_warps=4, ch=64, min_rows=8, row_max=256, few_rows=3, chunk=64,
-                                rank_rows=2, rank_slice=16),
+    "interpreter": SelectConfig(num_warps=4, ch=64, min_rows=8, row_max=256, few_rows=3, chunk=64, chunk_min=32,
+                                chunk_programs=8, rank_rows=2),
 }
 TARGETS = ("gfx942", "sm90")
 

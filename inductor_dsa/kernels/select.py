@@ -266,10 +266,11 @@ def sort_rows_kernel(k_start, k_end, out_v, out_i, row0, T, L,
 
 @triton.jit
 def rank_sort_kernel(src_k, src_i, k_start, k_end, out_v, out_i, row0, T, L,
-                     TOPK: tl.constexpr, SLICE: tl.constexpr, TILE: tl.constexpr):
+                     TOPK: tl.constexpr, TOPK_P2: tl.constexpr, SLICE: tl.constexpr):
     """Grid (rows, cdiv(TOPK, SLICE)), for few rows: each program places SLICE of row r's collected
     winners (src, scratch row r) at their rank among all of them, rank = how many have a larger
-    key, or the same key and a lower column (columns are distinct), and pads its share of slots past the count."""
+    key, or the same key and a lower column (columns are distinct), and pads its share of slots
+    past the count. Many small programs: a row's sort is a single latency-bound program else."""
     r = tl.program_id(0)
     t = row0 + r
     if t < T:
@@ -280,13 +281,11 @@ def rank_sort_kernel(src_k, src_i, k_start, k_end, out_v, out_i, row0, T, L,
         q = tl.program_id(1) * SLICE + tl.arange(0, SLICE)
         mk = tl.load(keys + q, mask=q < taken, other=0)
         mi = tl.load(cols + q, mask=q < taken, other=0)
-        rank = tl.zeros((SLICE,), tl.int32)
-        for p0 in range(0, taken, TILE):  # the row's winners, TILE at a time (bounded registers)
-            p = p0 + tl.arange(0, TILE)
-            k = tl.load(keys + p, mask=p < taken, other=0)[None, :]
-            i = tl.load(cols + p, mask=p < taken, other=0)[None, :]
-            before = (k > mk[:, None]) | ((k == mk[:, None]) & (i < mi[:, None]))
-            rank += tl.sum((before & (p < taken)[None, :]).to(tl.int32), 1)
+        p = tl.arange(0, TOPK_P2)
+        k = tl.load(keys + p, mask=p < taken, other=0)[None, :]
+        i = tl.load(cols + p, mask=p < taken, other=0)[None, :]
+        before = (k > mk[:, None]) | ((k == mk[:, None]) & (i < mi[:, None]))
+        rank = tl.sum((before & (p < taken)[None, :]).to(tl.int32), 1)
         dst = t.to(tl.int64) * TOPK
         tl.store(out_v + dst + rank, _key_value(mk), mask=q < taken)
         tl.store(out_i + dst + rank, mi, mask=q < taken)

@@ -14,7 +14,6 @@ from .host import cdiv, next_pow2
 from .select import (radix_collect_kernel, radix_pass_kernel, radix_ties_kernel, rank_sort_kernel,
                      select_kernel, sort_rows_kernel)
 
-RANK_TILE = 64   # rank_sort_kernel compares its slice with this many words of the row at a time
 _POINTERS = dict(src="*fp32", k_start="*i32", k_end="*i32", state="*i32", out_v="*fp32", out_i="*i32",
                  dst_k="*i32", dst_i="*i32", src_k="*i32", src_i="*i32")
 
@@ -22,6 +21,16 @@ _POINTERS = dict(src="*fp32", k_start="*i32", k_end="*i32", state="*i32", out_v=
 def chunked(rows: int, n: int, cfg: configs.SelectConfig) -> bool:
     """Rows of n columns go through the chunked passes (else one program per row)."""
     return n > cfg.row_max or (rows < cfg.few_rows and n > cfg.chunk)
+
+
+def chunk_size(device, rows: int, n: int, cfg: configs.SelectConfig) -> int:
+    """Columns per program of the chunked passes: ``cfg.chunk``, halved (down to chunk_min) while
+    the rows x chunks programs would not fill ``chunk_programs`` per multiprocessor."""
+    chunk = cfg.chunk
+    want = configs.wave_programs(device, cfg.chunk_programs)
+    while chunk > cfg.chunk_min and rows * cdiv(n, chunk) < want:
+        chunk //= 2
+    return chunk
 
 
 def select(src, row0: int, rows: int, t: int, n: int, k_start, k_end, out_v, out_i, topk: int,
@@ -33,7 +42,7 @@ def select(src, row0: int, rows: int, t: int, n: int, k_start, k_end, out_v, out
         select_kernel[(rows,)](src, k_start, k_end, out_v, out_i, row0, t, n, src.stride(0),
                                TOPK=topk, TOPK_P2=topk_p2, CH=cfg.ch, BITS=cfg.bits, num_warps=cfg.num_warps)
         return
-    bits, chunk = cfg.pass_bits, cfg.chunk
+    bits, chunk = cfg.pass_bits, chunk_size(src.device, rows, n, cfg)
     passes = 32 // bits
     s = cdiv(n, chunk)
     state = torch.zeros((rows, passes * ((1 << bits) + 1) + 6 + s), dtype=torch.int32, device=src.device)  # select._state_row
@@ -51,9 +60,9 @@ def select(src, row0: int, rows: int, t: int, n: int, k_start, k_end, out_v, out
     radix_collect_kernel[(rows, s)](*args[:4], dst_k, dst_i, *args[4:], 0 if rank else 1,
                                     PASSES=passes, S_P2=next_pow2(s), **common)
     if rank:
-        slice_ = min(cfg.rank_slice, topk_p2)
-        rank_sort_kernel[(rows, cdiv(topk, slice_))](dst_k, dst_i, k_start, k_end, out_v, out_i, row0, t, n,
-                                                     TOPK=topk, SLICE=slice_, TILE=RANK_TILE, num_warps=4)
+        rank_sort_kernel[(rows, cdiv(topk, cfg.rank_slice))](
+            dst_k, dst_i, k_start, k_end, out_v, out_i, row0, t, n, TOPK=topk, TOPK_P2=topk_p2,
+            SLICE=cfg.rank_slice, num_warps=cfg.rank_warps)
     else:
         sort_rows_kernel[(rows,)](k_start, k_end, out_v, out_i, row0, t, n, TOPK=topk, TOPK_P2=topk_p2,
                                   num_warps=cfg.sort_warps)
@@ -73,8 +82,8 @@ def aot_variants(target: str, n: int = 1 << 20):
                    ("radix_ties", radix_ties_kernel, common, cfg.chunk_warps),
                    ("radix_collect", radix_collect_kernel, dict(common, S_P2=next_pow2(s)), cfg.chunk_warps),
                    ("sort_rows", sort_rows_kernel, dict(TOPK=topk, TOPK_P2=next_pow2(topk)), cfg.sort_warps),
-                   ("rank_sort", rank_sort_kernel, dict(TOPK=topk, SLICE=min(cfg.rank_slice, next_pow2(topk)),
-                                                        TILE=RANK_TILE), 4)]
+                   ("rank_sort", rank_sort_kernel, dict(TOPK=topk, TOPK_P2=next_pow2(topk), SLICE=cfg.rank_slice),
+                    cfg.rank_warps)]
         for name, kernel, consts, warps in kernels:
             sig = {a: ("constexpr" if a in consts else _POINTERS.get(a, "i32")) for a in kernel.arg_names}
             yield (f"select_{name}[topk={topk}]", kernel, sig, consts, dict(num_warps=warps),
