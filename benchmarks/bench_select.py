@@ -160,6 +160,7 @@ def main():
     ap.add_argument("--smoke", action="store_true", help="tiny cases (CPU, Triton interpreter)")
     ap.add_argument("--sweep", action="store_true", help="time SelectConfig candidates first")
     ap.add_argument("--no-fused", action="store_true", help="the select table only")
+    ap.add_argument("--fused-only", action="store_true", help="the fused prefill table only")
     ap.add_argument("--profile", action="store_true", help="per-kernel GPU times of each select case")
     ap.add_argument("--out")
     args = ap.parse_args()
@@ -170,7 +171,7 @@ def main():
     if args.sweep:
         sweep(sel_cases)
     rows = []
-    for case in sel_cases:
+    for case in [] if args.fused_only else sel_cases:
         rows.append(bench_select(*case))
         print(rows[-1], flush=True)
     cols = ["case", "ours ms", "ours graph ms", "torch.topk ms", "torch.topk graph ms", "x vs torch",
@@ -180,7 +181,8 @@ def main():
         for case in SMOKE_FUSED if args.smoke else FUSED_CASES:
             fused += bench_fused(*case)
             print(fused[-1], flush=True)
-    print(table(rows, cols))
+    if rows:
+        print(table(rows, cols))
     if fused:
         print(table(fused, ["case", "fused ms", "fused graph ms", "logits ms", "logits graph ms", "fused / logits",
                             "fused / logits (graph)", "peak extra MiB fused", "check"]))
