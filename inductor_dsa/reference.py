@@ -66,17 +66,20 @@ def indexer_logits(q, k, weights, k_start=None, k_end=None) -> torch.Tensor:
 def topk_from_logits(logits: torch.Tensor, topk: int, visible: torch.Tensor):
     """(values fp32 [T, topk], indices int32 [T, topk]): descending, -inf / -1 past the visible count.
 
-    Ties are broken by the lower column index (a stable descending sort).
+    README ranking: visible numbers by value (+0.0 == -0.0; ties to the lower column), then
+    visible NaN scores (value -inf), then nothing (-1 / -inf).
     """
-    rows, cols = logits.shape
-    pad = max(0, topk - cols)
-    key = logits.masked_fill(~visible, float("-inf"))
+    pad = max(0, topk - logits.shape[1])
+    nan = logits.isnan()
+    rank = torch.where(visible, nan.long(), 2)                     # 0 number, 1 NaN, 2 not visible
+    key = logits.masked_fill(~visible | nan, float("-inf"))
     if pad:
         key = torch.nn.functional.pad(key, (0, pad), value=float("-inf"))
-        visible = torch.nn.functional.pad(visible, (0, pad), value=False)
-    order = torch.sort(key, dim=-1, descending=True, stable=True).indices[:, :topk]
-    taken = torch.gather(visible, 1, order)
-    values = torch.gather(key, 1, order).masked_fill(~taken, float("-inf"))
+        rank = torch.nn.functional.pad(rank, (0, pad), value=2)
+    order = torch.sort(key, dim=-1, descending=True, stable=True).indices
+    order = order.gather(1, torch.sort(rank.gather(1, order), dim=-1, stable=True).indices)[:, :topk]
+    taken = rank.gather(1, order) < 2
+    values = key.gather(1, order).masked_fill(~taken, float("-inf"))
     return values.float(), torch.where(taken, order, -1).to(torch.int32)
 
 
@@ -97,15 +100,17 @@ def indexer_topk(q, k, weights, topk, k_start=None, k_end=None):
 def topk_mismatch(indices, logits64, topk, rel_tol=1e-2, abs_tol=1e-3) -> str | None:
     """Compare a top-k selection with fp64 logits as a set with a score tolerance.
 
-    ``indices`` int [T, topk] (-1 = empty slot), ``logits64`` the oracle with -inf where masked.
-    A row passes when it selects exactly min(topk, visible) distinct visible columns and every
-    column in the symmetric difference with the oracle's set scores within tolerance of the
-    oracle's k-th largest score (tol = abs_tol + rel_tol * max|score| of the row).
+    ``indices`` int [T, topk] (-1 = empty slot), ``logits64`` the oracle with -inf where masked
+    (NaN = a visible NaN score, which ranks below every number). A row passes when it selects
+    exactly min(topk, visible) distinct visible columns, the NaN ones only after every number,
+    and every column in the symmetric difference with the oracle's set scores within tolerance
+    of the oracle's k-th largest score (tol = abs_tol + rel_tol * max|finite score| of the row).
     Returns None, or a message naming the first bad row.
     """
     indices = indices.long().cpu()
     logits64 = logits64.cpu()
-    visible = torch.isfinite(logits64) | (logits64 == float("inf"))
+    nan = logits64.isnan()
+    visible = ~torch.isneginf(logits64)
     n_vis = visible.sum(1)
     ref_vals, ref_idx = topk_from_logits(logits64, topk, visible)
     for t in range(indices.shape[0]):
@@ -117,13 +122,17 @@ def topk_mismatch(indices, logits64, topk, rel_tol=1e-2, abs_tol=1e-3) -> str | 
             return f"row {t}: duplicate indices"
         if not visible[t, got].all():
             return f"row {t}: selected a masked column"
-        if want == 0:
+        n_num = int((visible[t] & ~nan[t]).sum())
+        if not torch.equal(nan[t, got], torch.arange(want) >= n_num):
+            return f"row {t}: NaN scores must come after the {n_num} numbers"
+        got, ref = got[:min(want, n_num)], ref_idx[t, :min(want, n_num)]
+        if not got.numel():
             continue
-        kth = logits64[t, ref_idx[t, want - 1]]
-        row = logits64[t][visible[t]]
-        tol = abs_tol + rel_tol * row.abs().max().item()
-        diff = set(got.tolist()) ^ set(ref_idx[t, :want].tolist())
-        bad = [j for j in diff if abs(logits64[t, j].item() - kth.item()) > tol]
+        kth = logits64[t, ref[-1]]
+        fin = logits64[t][torch.isfinite(logits64[t])]
+        tol = abs_tol + rel_tol * (fin.abs().max().item() if fin.numel() else 0.0)
+        diff = set(got.tolist()) ^ set(ref.tolist())
+        bad = [j for j in diff if not abs(logits64[t, j].item() - kth.item()) <= tol]
         if bad:
             return f"row {t}: columns {bad[:5]} differ from the oracle beyond tolerance {tol:.3g}"
     return None

@@ -97,7 +97,9 @@ def assert_topk(vals, idx, ref, topk, tol=1e-5):
     idx2, vals2 = idx.reshape(b * n, topk), vals.reshape(b * n, topk)
     taken = idx2 >= 0
     assert (vals2[~taken] == float("-inf")).all()
-    want = ref2.gather(1, idx2.long().clamp(min=0))
+    want = ref2.gather(1, idx2.long().clamp(min=0)).nan_to_num(float("-inf"), float("inf"), float("-inf"))  # NaN reads -inf
+    assert torch.equal(torch.isneginf(vals2) & taken, torch.isneginf(want) & taken)
+    taken &= torch.isfinite(want)
     fin = ref2[torch.isfinite(ref2)]
     scale = max(fin.abs().max().item(), 1.0) if fin.numel() else 1.0
     assert (torch.where(taken, vals2.double() - want, 0)).abs().max() <= tol * scale

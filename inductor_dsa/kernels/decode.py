@@ -147,14 +147,21 @@ def e4m3_bytes_to_f32(b, FNUZ: tl.constexpr):
 
 @triton.jit
 def f32_to_key(x):
-    """Order-preserving uint32 key of a float32 (NaN first mapped to -inf, so it ranks lowest)."""
-    x = tl.where(x != x, float("-inf"), x)
+    """Order-preserving uint32 key of a float32, the one ranking every top-k uses (README "NaN / inf").
+
+    For floats a < b: key(a) < key(b); key(+0.0) == key(-0.0) (-0.0 is first made +0.0, so the two
+    tie and go by column); every NaN maps to NAN_KEY = 1, below key(-inf) = 0x007FFFFF; every key
+    is >= 1 (0 can serve as "below everything"). Finite and infinite x: sign bit set -> ~bits,
+    else bits | 2**31."""
+    x = tl.where(x == 0.0, 0.0, x)
     u = x.to(tl.uint32, bitcast=True)
-    return tl.where((u >> 31) == 1, u ^ 0xFFFFFFFF, u | 0x80000000)
+    key = tl.where((u >> 31) == 1, u ^ 0xFFFFFFFF, u | 0x80000000)
+    return tl.where(x != x, 1, key).to(tl.uint32)
 
 
 @triton.jit
 def key_to_f32(key):
-    """Inverse of f32_to_key."""
+    """Inverse of f32_to_key on non-NaN keys (-0.0 comes back as +0.0); NAN_KEY gives -inf, the
+    value a selected NaN score reports."""
     u = tl.where((key >> 31) == 1, key & 0x7FFFFFFF, key ^ 0xFFFFFFFF)
-    return u.to(tl.float32, bitcast=True)
+    return tl.where(key == 1, float("-inf"), u.to(tl.float32, bitcast=True))

@@ -174,7 +174,8 @@ def select_row(src, s, e, out_v, out_i, TOPK: tl.constexpr, TOPK_P2: tl.constexp
     ``src_idx`` (int32, same positions as ``src``) replaces the column number written to out_i
     (a merge of candidate lists); ties still go to the lower position, so positions must be in
     ascending index order among equal scores. Without SORTED the min(TOPK, e - s) winners are
-    left in ascending position order and nothing else is written (no sort, no padding).
+    left in ascending position order, values as loaded (NaN kept), and nothing else is written
+    (no sort, no padding).
 
     Radix select, most significant digit first: up to 32/BITS passes of 2**BITS-bin histograms
     over uint32 keys find the threshold prefix ``thr`` (the top ``nbits`` bits) and how many
@@ -232,7 +233,7 @@ def select_row(src, s, e, out_v, out_i, TOPK: tl.constexpr, TOPK_P2: tl.constexp
             idx = tl.load(src_idx + cols, mask=take, other=-1)
         else:
             idx = cols
-        tl.store(out_v + pos, tl.where(x != x, float("-inf"), x), mask=take & (pos < TOPK))
+        tl.store(out_v + pos, x, mask=take & (pos < TOPK))  # NaN kept: its key ranks it (the sort reads -inf)
         tl.store(out_i + pos, idx, mask=take & (pos < TOPK))
         taken += tl.sum(take.to(tl.int32), 0)
         eq_seen += tl.sum(eq.to(tl.int32), 0)
