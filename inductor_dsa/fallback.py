@@ -18,13 +18,11 @@ HIDDEN_KEY = -2**31    # not visible: below everything
 
 
 def dequantize(x, xs=None, dtype=torch.float32) -> torch.Tensor:
-    """x as ``dtype``: a plain tensor (xs None), an MXFP4 pair (uint8 codes, uint8 E8M0) or an FP8
-    pair (e4m3, fp32 row scale)."""
-    if xs is None:
-        return x.to(dtype)
-    if x.dtype == torch.uint8:
-        return formats.mxfp4_decode(x, xs, torch.float32).to(dtype)
-    return formats.fp8_decode_rows(x, xs, torch.float32).to(dtype)
+    """x as a contiguous ``dtype`` tensor (so that results do not depend on the input's strides): a
+    plain tensor (xs None), an MXFP4 pair (uint8 codes, uint8 E8M0) or an FP8 pair (e4m3, fp32 row scale)."""
+    if xs is not None:
+        x = (formats.mxfp4_decode if x.dtype == torch.uint8 else formats.fp8_decode_rows)(x, xs, torch.float32)
+    return x.to(dtype, memory_format=torch.contiguous_format)
 
 
 def visible_mask(k_start: torch.Tensor, k_end: torch.Tensor, cols: int) -> torch.Tensor:
@@ -46,7 +44,7 @@ def _head_sum(q: torch.Tensor, keys: torch.Tensor, w: torch.Tensor) -> torch.Ten
 
 def indexer_logits(q, q_scale, k, k_scale, weights, k_start, k_end) -> torch.Tensor:
     """fp32 [T, K]: sum_h w[t, h] relu(q[t, h] . k[j]) for k_start[t] <= j < k_end[t], else -inf."""
-    logits = _head_sum(dequantize(q, q_scale), dequantize(k, k_scale), weights.float())
+    logits = _head_sum(dequantize(q, q_scale), dequantize(k, k_scale), dequantize(weights))
     return logits.masked_fill(~visible_mask(k_start, k_end, k.shape[0]), float("-inf"))
 
 
@@ -98,13 +96,13 @@ def sparse_attention(q, kv, indices, sink, scale: float):
     out = torch.empty(q.shape, dtype=q.dtype, device=q.device)
     lse = torch.empty(q.shape[:3], dtype=torch.float32, device=q.device)
     step = max(1, 2**26 // max(1, b * idx.shape[2] * d))  # queries per chunk: <= 2**26 gathered values
-    kvf = kv.float()
+    kvf, qf = dequantize(kv), dequantize(q)
     for m0 in range(0, m, step):
         sl = slice(m0, m0 + step)
         ok = valid[:, sl]
         rows = torch.gather(kvf, 1, torch.where(ok, idx[:, sl], 0).flatten(1).unsqueeze(-1).expand(-1, -1, d))
         rows = rows.view(b, -1, idx.shape[2], d)
-        s = (q[:, sl].float() @ rows.transpose(-1, -2)) * scale                 # [B, m, H, topk]
+        s = (qf[:, sl] @ rows.transpose(-1, -2)) * scale                 # [B, m, H, topk]
         s = s.masked_fill(~ok.unsqueeze(2), float("-inf"))
         lse[:, sl] = torch.logsumexp(s, dim=-1)
         top = s.amax(-1)                                                          # topk >= 1
@@ -153,7 +151,7 @@ def paged_indexer_logits(q, q_scale, kv_cache, weights, block_table, context_len
     qf = dequantize(q, q_scale)
     n = qf.shape[1]
     keys = paged_keys(kv_cache, block_table, context_lens, fmt, qf.shape[-1], fp8_flavor)
-    logits = _head_sum(qf, keys, weights.float())
+    logits = _head_sum(qf, keys, dequantize(weights))
     return logits.masked_fill(~paged_visible(context_lens, n, keys.shape[1]), float("-inf"))
 
 

@@ -98,6 +98,7 @@ def _check_cfg(cfg: configs.PagedConfig) -> None:
 
 
 def paged_logits(q, q_scale, kv_cache, weights, block_table, context_lens, fmt, fp8_flavor):
+    context_lens = context_lens.contiguous()  # the kernels index it as a dense [B]
     target = configs.target_for(q.device)
     cfg = configs.PAGED[target]
     _check_cfg(cfg)
@@ -118,6 +119,7 @@ def paged_topk(q, q_scale, kv_cache, weights, block_table, context_lens, topk, f
                programs: int | None = None, stats: dict | None = None):
     """Fused paged top-k (see kernels/paged_indexer.py). ``programs`` overrides the programs per wave;
     ``stats`` (tests, benchmarks) receives the split plan and the per-list candidate counts."""
+    context_lens = context_lens.contiguous()  # the kernels index it as a dense [B]
     target = configs.target_for(q.device)
     cfg = configs.PAGED[target]
     _check_cfg(cfg)
@@ -178,6 +180,7 @@ def paged_topk(q, q_scale, kv_cache, weights, block_table, context_lens, topk, f
 
 def paged_gather(kv_cache, block_table, context_lens, total_rows: int, payload_bytes: int, scale_bytes: int):
     """(payload uint8 [total_rows, A], scales uint8 [total_rows, S], k_start, k_end int32 [B])."""
+    block_table, context_lens = block_table.contiguous(), context_lens.contiguous()  # dense [B, P], [B]
     dev = kv_cache.device
     b, max_pages = block_table.shape
     max_len = max_pages * PAGE_ROWS
@@ -189,7 +192,7 @@ def paged_gather(kv_cache, block_table, context_lens, total_rows: int, payload_b
     if b and max_len and total_rows:
         paged_gather_kernel[(b, cdiv(max_len, GATHER_ROWS))](
             kv_cache, block_table, context_lens, start, out_a, out_s, total_rows, max_pages,
-            kv_cache.shape[0], block_table.stride(0), kv_cache.stride(0),
+            kv_cache.shape[0], max_pages, kv_cache.stride(0),
             A=payload_bytes, SB=scale_bytes, GR=GATHER_ROWS)
     return (out_a, out_s, start.clamp(max=total_rows).to(torch.int32), end.clamp(max=total_rows).to(torch.int32))
 
