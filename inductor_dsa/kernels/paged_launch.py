@@ -6,6 +6,7 @@ the histogram is zeroed by a captured memset).
 """
 from __future__ import annotations
 
+import contextlib
 from dataclasses import dataclass
 
 import torch
@@ -202,8 +203,11 @@ def paged_check(kv_cache, block_table, context_lens) -> tuple[int, int]:
     context that lie outside [0, num_pages)): one launch, one device-to-host copy (a sync)."""
     b, max_pages = block_table.shape
     bad = torch.zeros(2, dtype=torch.int32, device=block_table.device)
-    paged_check_kernel[(b,)](block_table, context_lens, bad, *block_table.stride(), context_lens.stride(0),
-                             max_pages * PAGE_ROWS, kv_cache.shape[0], BLOCK=CHECK_PAGES)
+    # Triton launches on the current device; the public functions call this outside the ops'
+    # switch to the inputs' GPU (tests/test_devices.py)
+    with torch.cuda.device(bad.device) if bad.is_cuda else contextlib.nullcontext():
+        paged_check_kernel[(b,)](block_table, context_lens, bad, *block_table.stride(), context_lens.stride(0),
+                                 max_pages * PAGE_ROWS, kv_cache.shape[0], BLOCK=CHECK_PAGES)
     return tuple(bad.tolist())
 
 
