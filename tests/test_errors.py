@@ -445,7 +445,7 @@ def test_paged_nan_key_ranks_last():
     assert idx[0, 0, -1] == 5 and vals[0, 0, -1] == float("-inf")
     vals, idx = (t.cpu() for t in idsa.paged_indexer_topk(*_dev((q, cache, w, bt, ctx)), 12))
     assert not (idx == 5).any()
-    assert_topk(vals, idx, ref.masked_fill(torch.arange(192) == 5, float("-inf")), 12)
+    assert_topk(vals, idx, ref, 12)
 
 
 def test_paged_check_kernel_counts(gen):

@@ -132,7 +132,7 @@ def test_indexer_topk_nan_matches_oracle(seed, t, n, h, rk, topk, where):
 
 
 @SOME
-@given(seed=SEEDS, t=st.sampled_from([1, 3]), n=SIZES, rk=RANGES, extra=st.integers(-8, 4))
+@given(seed=SEEDS, t=st.sampled_from([3, 5]), n=st.sampled_from([7, 13, 31]), rk=RANGES, extra=st.integers(-8, 4))
 def test_logits_topk_special_values_exact(seed, t, n, rk, extra):
     """logits drawn from {NaN, -inf, +inf, -0.0, +0.0, 1, -1, random}: exactly the oracle's
     indices and values (NaN last reading -inf, +0.0 == -0.0, ties to the lower column)."""
