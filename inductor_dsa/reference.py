@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import torch
 
-from . import fallback, formats
+from . import fallback
 from .fallback import paged_gather, visible_mask  # noqa: F401  (index plumbing, dtype-free)
 
 
