@@ -2,15 +2,16 @@
 
 Public API: ``indexer_logits``, ``indexer_topk``, ``logits_topk`` (see ``inductor_dsa.indexer``), the paged
 (decode) forms ``paged_indexer_logits``, ``paged_indexer_topk``, ``paged_gather`` (see
-``inductor_dsa.paged``), ``sparse_attention`` (see ``inductor_dsa.attention``), the oracles in
-``inductor_dsa.reference`` and formats in ``inductor_dsa.formats``.
+``inductor_dsa.paged``), ``sparse_attention`` (see ``inductor_dsa.attention``) and formats in
+``inductor_dsa.formats``. The float64 test oracles live in ``inductor_dsa.reference`` (not
+imported by the package).
 """
-from . import checks, formats, reference
+from . import checks, formats
 from .attention import sparse_attention
 from .indexer import indexer_logits, indexer_topk, logits_topk
 from .paged import paged_gather, paged_indexer_logits, paged_indexer_topk
 
-__all__ = ["checks", "formats", "reference", "indexer_logits", "indexer_topk", "logits_topk", "paged_indexer_logits",
+__all__ = ["checks", "formats", "indexer_logits", "indexer_topk", "logits_topk", "paged_indexer_logits",
            "paged_indexer_topk", "paged_gather", "sparse_attention"]
 __version__ = "0.1.0"
 

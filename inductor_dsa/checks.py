@@ -181,7 +181,7 @@ def indexer(q, q_scale, k, k_scale, weights) -> dict:
         raise ValueError(f"q: number of heads must be in [1, {MAX_HEADS}], got {h}")
     if weights.dim() != 2 or tuple(weights.shape) != (t, h):
         raise ValueError(f"weights must have shape ({t}, {h}) = [T, H] of q, got {tuple(weights.shape)}")
-    if not weights.is_floating_point() or weights.dtype in FP8_DTYPES:
+    if weights.dtype not in FLOAT_DTYPES:
         raise TypeError(f"weights must be bf16/fp16/fp32, got {weights.dtype}")
     if qf == "fp8" and not (kf == "fp8" and k.dtype == q.dtype):
         raise TypeError(f"an fp8 q ({q.dtype}) needs k as an FP8 pair of the same dtype")

@@ -9,7 +9,8 @@ more per call (a trivial 9-argument op on the CPU box: ~15 us as a custom_op, ~9
 calls are host-bound, see BENCHMARKS.md). The ops are inference-only: backward raises.
 
 Dispatch: CUDA/ROCm tensors run the Triton kernels; CPU tensors run the same kernels
-under ``TRITON_INTERPRET=1`` and the float64 reference otherwise.
+under ``TRITON_INTERPRET=1`` and ``fallback.py`` (plain torch, fp32) otherwise; top-k above
+TOPK_FUSED_MAX is the logits kernel then ``fallback.topk_from_logits`` on every device.
 """
 from __future__ import annotations
 
@@ -19,7 +20,7 @@ from typing import Optional
 import torch
 from torch import Tensor
 
-from . import checks, formats, reference
+from . import checks, fallback, formats
 from .kernels import configs
 
 TOPK_FUSED_MAX = 2048  # larger top-k: logits kernel, then a device sort
@@ -82,10 +83,6 @@ def _fake(op):
     return torch.library.register_fake(op._qualified_op_name)
 
 
-def _pair(x, xs):
-    return x if xs is None else (x, xs)
-
-
 @_op
 def indexer_logits(q: Tensor, q_scale: Optional[Tensor], k: Tensor, k_scale: Optional[Tensor],
                    weights: Tensor, k_start: Tensor, k_end: Tensor) -> Tensor:
@@ -93,7 +90,7 @@ def indexer_logits(q: Tensor, q_scale: Optional[Tensor], k: Tensor, k_scale: Opt
     if configs.use_kernels(q.device):
         from .kernels import launch
         return launch.indexer_logits(q, q_scale, k, k_scale, weights, k_start, k_end)
-    return reference.indexer_logits(_pair(q, q_scale), _pair(k, k_scale), weights, k_start, k_end).float()
+    return fallback.indexer_logits(q, q_scale, k, k_scale, weights, k_start, k_end)
 
 
 @_fake(indexer_logits)
@@ -110,7 +107,7 @@ def indexer_topk(q: Tensor, q_scale: Optional[Tensor], k: Tensor, k_scale: Optio
         from .kernels import launch
         return launch.indexer_topk(q, q_scale, k, k_scale, weights, k_start, k_end, topk)
     logits = indexer_logits(q, q_scale, k, k_scale, weights, k_start, k_end)
-    return reference.logits_topk(logits, topk, k_start, k_end)
+    return fallback.logits_topk(logits, k_start, k_end, topk)
 
 
 @_fake(indexer_topk)
@@ -127,7 +124,7 @@ def logits_topk(logits: Tensor, k_start: Tensor, k_end: Tensor, topk: int) -> tu
     if configs.use_kernels(logits.device) and topk <= TOPK_FUSED_MAX:
         from .kernels import launch
         return launch.logits_topk(logits.contiguous(), k_start, k_end, topk)
-    return reference.logits_topk(logits, topk, k_start, k_end)
+    return fallback.logits_topk(logits, k_start, k_end, topk)
 
 
 @_fake(logits_topk)
@@ -144,9 +141,7 @@ def sparse_attention(q: Tensor, kv: Tensor, indices: Tensor, sink: Optional[Tens
     if configs.use_kernels(q.device):
         from .kernels import launch
         return launch.sparse_attention(q, kv, indices, sink, scale)
-    ok = (indices >= 0) & (indices < kv.shape[1])
-    out, lse = reference.sparse_attention(q, kv, torch.where(ok, indices, -1), sink, scale)
-    return out.to(q.dtype), lse.float()
+    return fallback.sparse_attention(q, kv, indices, sink, scale)
 
 
 @_fake(sparse_attention)
@@ -167,8 +162,7 @@ def paged_indexer_logits(q: Tensor, q_scale: Optional[Tensor], kv_cache: Tensor,
     if configs.use_kernels(q.device):
         from .kernels import paged_launch
         return paged_launch.paged_logits(q, q_scale, kv_cache, weights, block_table, context_lens, fmt, fp8_flavor)
-    return reference.paged_indexer_logits(_pair(q, q_scale), kv_cache, weights, block_table, context_lens,
-                                          fmt, fp8_flavor).float()
+    return fallback.paged_indexer_logits(q, q_scale, kv_cache, weights, block_table, context_lens, fmt, fp8_flavor)
 
 
 @_fake(paged_indexer_logits)
@@ -187,11 +181,7 @@ def paged_indexer_topk(q: Tensor, q_scale: Optional[Tensor], kv_cache: Tensor, w
         return paged_launch.paged_topk(q, q_scale, kv_cache, weights, block_table, context_lens, topk,
                                        fmt, fp8_flavor)
     logits = paged_indexer_logits(q, q_scale, kv_cache, weights, block_table, context_lens, fmt, fp8_flavor)
-    b, n, max_len = logits.shape
-    ctx = context_lens.long().clamp(0, max_len).view(-1, 1, 1)
-    visible = (torch.arange(max_len, device=q.device) < ctx).expand(b, n, max_len).reshape(b * n, max_len)
-    vals, idx = reference.topk_from_logits(logits.reshape(b * n, max_len), topk, visible)
-    return vals.reshape(b, n, topk), idx.reshape(b, n, topk)
+    return fallback.paged_topk(logits, context_lens, topk)
 
 
 @_fake(paged_indexer_topk)
@@ -209,7 +199,7 @@ def paged_gather(kv_cache: Tensor, block_table: Tensor, context_lens: Tensor, to
         from .kernels import paged_launch
         return paged_launch.paged_gather(kv_cache, block_table, context_lens, total_rows,
                                          *row_bytes(fmt, info["D"]))
-    return reference.paged_gather(kv_cache, block_table, context_lens, fmt, info["D"], total_rows)
+    return fallback.paged_gather(kv_cache, block_table, context_lens, fmt, info["D"], total_rows)
 
 
 @_fake(paged_gather)

@@ -1,4 +1,4 @@
-"""Eager oracles in plain torch: the single source of truth for what every op computes.
+"""Float64 oracles in plain torch, for the tests: the single source of truth for what every op computes.
 
 Indexer (DSA) score over per-row half-open ranges of visible columns::
 
@@ -6,25 +6,22 @@ Indexer (DSA) score over per-row half-open ranges of visible columns::
                  = -inf                                          otherwise
 
 Top-k keeps the ``topk`` largest visible scores per row, sorted descending; slots past
-the row's visible count hold index -1 and value -inf. Oracles run in float64 on the
-already-quantised inputs (MXFP4 / FP8 pairs are decoded first, exactly).
+the row's visible count hold index -1 and value -inf; NaN scores rank below every number
+(value -inf); +0.0 == -0.0. Oracles run in float64 on the already-quantised inputs (MXFP4 /
+FP8 pairs are decoded first, exactly). No production module imports this one (the ops'
+fallback is ``fallback.py``); the dtype-free index plumbing is shared from there.
 """
 from __future__ import annotations
 
 import torch
 
-from . import formats
-
+from . import fallback
+from .fallback import paged_gather, visible_mask  # noqa: F401  (index plumbing, dtype-free)
 
 
 def dequantize(x, dtype=torch.float64) -> torch.Tensor:
     """A plain tensor, an MXFP4 pair (uint8 codes, uint8 E8M0) or an FP8 pair (e4m3, fp32 row scale)."""
-    if isinstance(x, torch.Tensor):
-        return x.to(dtype)
-    vals, scale = x
-    if vals.dtype == torch.uint8:
-        return formats.mxfp4_decode(vals, scale, torch.float32).to(dtype)
-    return formats.fp8_decode_rows(vals, scale, torch.float32).to(dtype)
+    return fallback.dequantize(x, None, dtype) if isinstance(x, torch.Tensor) else fallback.dequantize(*x, dtype)
 
 
 def full_ranges(rows: int, cols: int, device=None) -> tuple[torch.Tensor, torch.Tensor]:
@@ -45,12 +42,6 @@ def ratio_ranges(rows: int, ratio: int, device=None) -> tuple[torch.Tensor, torc
     return torch.zeros_like(t), (t + 1) // ratio
 
 
-def visible_mask(k_start: torch.Tensor, k_end: torch.Tensor, cols: int) -> torch.Tensor:
-    """Bool [T, K]: k_start[t] <= j < k_end[t]."""
-    j = torch.arange(cols, device=k_start.device)
-    return (j >= k_start.long().unsqueeze(1)) & (j < k_end.long().unsqueeze(1))
-
-
 def indexer_logits(q, k, weights, k_start=None, k_end=None) -> torch.Tensor:
     """float64 [T, K] indexer logits, -inf outside [k_start[t], k_end[t])."""
     q64, k64 = dequantize(q), dequantize(k)
@@ -66,17 +57,20 @@ def indexer_logits(q, k, weights, k_start=None, k_end=None) -> torch.Tensor:
 def topk_from_logits(logits: torch.Tensor, topk: int, visible: torch.Tensor):
     """(values fp32 [T, topk], indices int32 [T, topk]): descending, -inf / -1 past the visible count.
 
-    Ties are broken by the lower column index (a stable descending sort).
+    README ranking: visible numbers by value (+0.0 == -0.0; ties to the lower column), then
+    visible NaN scores (value -inf), then nothing (-1 / -inf).
     """
-    rows, cols = logits.shape
-    pad = max(0, topk - cols)
-    key = logits.masked_fill(~visible, float("-inf"))
+    pad = max(0, topk - logits.shape[1])
+    nan = logits.isnan()
+    rank = torch.where(visible, nan.long(), 2)                     # 0 number, 1 NaN, 2 not visible
+    key = logits.masked_fill(~visible | nan, float("-inf"))
     if pad:
         key = torch.nn.functional.pad(key, (0, pad), value=float("-inf"))
-        visible = torch.nn.functional.pad(visible, (0, pad), value=False)
-    order = torch.sort(key, dim=-1, descending=True, stable=True).indices[:, :topk]
-    taken = torch.gather(visible, 1, order)
-    values = torch.gather(key, 1, order).masked_fill(~taken, float("-inf"))
+        rank = torch.nn.functional.pad(rank, (0, pad), value=2)
+    order = torch.sort(key, dim=-1, descending=True, stable=True).indices
+    order = order.gather(1, torch.sort(rank.gather(1, order), dim=-1, stable=True).indices)[:, :topk]
+    taken = rank.gather(1, order) < 2
+    values = key.gather(1, order).masked_fill(~taken, float("-inf"))
     return values.float(), torch.where(taken, order, -1).to(torch.int32)
 
 
@@ -97,15 +91,17 @@ def indexer_topk(q, k, weights, topk, k_start=None, k_end=None):
 def topk_mismatch(indices, logits64, topk, rel_tol=1e-2, abs_tol=1e-3) -> str | None:
     """Compare a top-k selection with fp64 logits as a set with a score tolerance.
 
-    ``indices`` int [T, topk] (-1 = empty slot), ``logits64`` the oracle with -inf where masked.
-    A row passes when it selects exactly min(topk, visible) distinct visible columns and every
-    column in the symmetric difference with the oracle's set scores within tolerance of the
-    oracle's k-th largest score (tol = abs_tol + rel_tol * max|score| of the row).
+    ``indices`` int [T, topk] (-1 = empty slot), ``logits64`` the oracle with -inf where masked
+    (NaN = a visible NaN score, which ranks below every number). A row passes when it selects
+    exactly min(topk, visible) distinct visible columns, the NaN ones only after every number,
+    and every column in the symmetric difference with the oracle's set scores within tolerance
+    of the oracle's k-th largest score (tol = abs_tol + rel_tol * max|finite score| of the row).
     Returns None, or a message naming the first bad row.
     """
     indices = indices.long().cpu()
     logits64 = logits64.cpu()
-    visible = torch.isfinite(logits64) | (logits64 == float("inf"))
+    nan = logits64.isnan()
+    visible = ~torch.isneginf(logits64)
     n_vis = visible.sum(1)
     ref_vals, ref_idx = topk_from_logits(logits64, topk, visible)
     for t in range(indices.shape[0]):
@@ -117,13 +113,17 @@ def topk_mismatch(indices, logits64, topk, rel_tol=1e-2, abs_tol=1e-3) -> str | 
             return f"row {t}: duplicate indices"
         if not visible[t, got].all():
             return f"row {t}: selected a masked column"
-        if want == 0:
+        n_num = int((visible[t] & ~nan[t]).sum())
+        if not torch.equal(nan[t, got], torch.arange(want) >= n_num):
+            return f"row {t}: NaN scores must come after the {n_num} numbers"
+        got, ref = got[:min(want, n_num)], ref_idx[t, :min(want, n_num)]
+        if not got.numel():
             continue
-        kth = logits64[t, ref_idx[t, want - 1]]
-        row = logits64[t][visible[t]]
-        tol = abs_tol + rel_tol * row.abs().max().item()
-        diff = set(got.tolist()) ^ set(ref_idx[t, :want].tolist())
-        bad = [j for j in diff if abs(logits64[t, j].item() - kth.item()) > tol]
+        kth = logits64[t, ref[-1]]
+        fin = logits64[t][torch.isfinite(logits64[t])]
+        tol = abs_tol + rel_tol * (fin.abs().max().item() if fin.numel() else 0.0)
+        diff = set(got.tolist()) ^ set(ref.tolist())
+        bad = [j for j in diff if not abs(logits64[t, j].item() - kth.item()) <= tol]
         if bad:
             return f"row {t}: columns {bad[:5]} differ from the oracle beyond tolerance {tol:.3g}"
     return None
@@ -139,7 +139,8 @@ def sparse_attention(q, kv, indices, sink=None, scale=None):
         out = sum_j exp(s_j - m) kv[idx_j] / (sum_j exp(s_j - m) + exp(sink[h] - m))
         lse = log sum_j exp(s_j)          (natural log, sink NOT included; -inf if no slot)
 
-    A query with no non-empty slot gets out = 0 (with or without a sink). Indices outside
+    A query with no non-empty slot gets out = 0 (with or without a sink); sink = +inf gives out = 0,
+    a NaN sink or score out NaN; a NaN score makes lse NaN (the sink never enters it). Indices outside
     [-1, N) raise ValueError (this oracle reads them).
     """
     b, m, h, d = q.shape
@@ -155,7 +156,7 @@ def sparse_attention(q, kv, indices, sink=None, scale=None):
     s = s.masked_fill(~valid.unsqueeze(2), float("-inf"))
     lse = torch.logsumexp(s, dim=-1)
     shift = lse if sink is None else torch.logaddexp(lse, sink.to(torch.float64).view(1, 1, h))
-    shift = torch.where(torch.isfinite(shift), shift, torch.zeros_like(shift))
+    shift = torch.where(torch.isneginf(shift), 0.0, shift)  # log of the denominator; +inf sink: out 0
     p = torch.exp(s - shift.unsqueeze(-1))
     return torch.einsum("bmhk,bmkd->bmhd", p, rows), lse
 
@@ -163,25 +164,9 @@ def sparse_attention(q, kv, indices, sink=None, scale=None):
 # --- paged (decode) indexer: DSA_SEMANTICS.md section 3 -------------------------------------
 
 def paged_keys(kv_cache, block_table, context_lens, fmt="mxfp4", head_dim=128, fp8_flavor="fn"):
-    """Decoded float64 keys [B, max_len, D] of every request, max_len = block_table.shape[1] * 64.
-
-    Row j of request b is cache row ``j % 64`` of page ``block_table[b, j // 64]``. Rows at or past
-    ``clamp(context_lens[b], 0, max_len)`` and rows whose page id lies outside [0, num_pages) are
-    zero (an out-of-range page id inside the context reads as an all-zero key row, score 0).
-    """
-    payload, scale = formats.unpack_pages(kv_cache, fmt, head_dim)
-    keys = formats.decode_rows(payload, scale, fmt, fp8_flavor).to(torch.float64)
-    b, pages = block_table.shape
-    max_len = pages * formats.PAGE_ROWS
-    page = block_table.long().unsqueeze(-1)                                   # [B, P, 1]
-    ok = (page >= 0) & (page < kv_cache.shape[0])
-    rows = (page.clamp(0, max(kv_cache.shape[0] - 1, 0)) * formats.PAGE_ROWS
-            + torch.arange(formats.PAGE_ROWS, device=page.device)).reshape(b, max_len)
-    ctx = context_lens.long().clamp(0, max_len).unsqueeze(1)
-    live = ok.expand(b, pages, formats.PAGE_ROWS).reshape(b, max_len) & (torch.arange(max_len, device=ctx.device) < ctx)
-    if keys.shape[0] == 0:
-        return torch.zeros(b, max_len, head_dim, dtype=torch.float64, device=kv_cache.device)
-    return torch.where(live.unsqueeze(-1), keys[rows], 0.0)
+    """``fallback.paged_keys`` in float64: an out-of-range page id inside the context reads as an
+    all-zero key row (score 0), rows past the context are zero."""
+    return fallback.paged_keys(kv_cache, block_table, context_lens, fmt, head_dim, fp8_flavor, torch.float64)
 
 
 def paged_indexer_logits(q, kv_cache, weights, block_table, context_lens, fmt="mxfp4", fp8_flavor="fn"):
@@ -210,31 +195,3 @@ def paged_indexer_topk(q, kv_cache, weights, block_table, context_lens, topk, fm
     visible = (torch.arange(max_len, device=logits.device) < ctx).expand(b, n, max_len)
     vals, idx = topk_from_logits(logits.reshape(b * n, max_len), topk, visible.reshape(b * n, max_len))
     return vals.reshape(b, n, topk), idx.reshape(b, n, topk)
-
-
-def paged_gather(kv_cache, block_table, context_lens, fmt="mxfp4", head_dim=128, total_rows=None):
-    """Raw cache rows of every request, back to back: (payload uint8 [R, A], scales uint8 [R, S],
-    k_start int32 [B], k_end int32 [B]). Request b's rows j < ctx_b = clamp(context_lens[b], 0,
-    max_len) land at flat rows k_start[b] + j, k_start = exclusive cumsum of ctx. R = total_rows
-    (default sum ctx); rows past the sum, and rows of out-of-range page ids, are zero; the
-    ranges are clamped to R."""
-    a, s = formats.row_bytes(fmt, head_dim)
-    b, pages = block_table.shape
-    max_len = pages * formats.PAGE_ROWS
-    ctx = context_lens.long().clamp(0, max_len)
-    end = torch.cumsum(ctx, 0)
-    start = end - ctx
-    r = int(end[-1]) if total_rows is None and b else (total_rows or 0)
-    out_a = torch.zeros(r, a, dtype=torch.uint8, device=kv_cache.device)
-    out_s = torch.zeros(r, s, dtype=torch.uint8, device=kv_cache.device)
-    j = torch.arange(max_len, device=kv_cache.device)
-    page = block_table.long()[:, j // formats.PAGE_ROWS] if max_len else block_table.long()
-    dst = start.unsqueeze(1) + j
-    live = (j < ctx.unsqueeze(1)) & (dst < r)
-    ok = live & (page >= 0) & (page < kv_cache.shape[0])
-    if ok.any():
-        payload, scale = formats.unpack_pages(kv_cache, fmt, head_dim)
-        src = page[ok] * formats.PAGE_ROWS + (j % formats.PAGE_ROWS).expand_as(page)[ok]
-        out_a[dst[ok]] = payload[src]
-        out_s[dst[ok]] = scale[src]
-    return out_a, out_s, start.clamp(max=r).to(torch.int32), end.clamp(max=r).to(torch.int32)

@@ -515,6 +515,19 @@ def nm_opaque_mask(q, k, w, mask):
     return s.masked_fill(mask, float("-inf")).topk(4)
 
 
+def _fill(value):
+    """A causal masked_fill with a finite (or positive) ``value`` instead of -inf."""
+    def fn(q, k, w):
+        s = (_s(q, k).relu() * w.unsqueeze(-1)).sum(1)
+        return s.masked_fill(_causal(q.shape[0], k.shape[0]), value).topk(4)
+    return fn
+
+
+def _loud(scale):
+    """_qkw with weights times ``scale``: many visible scores fall below a finite fill (they cross it)."""
+    return lambda dt, s: (lambda q, k, w: (q, k, w * scale))(*_qkw(dt, s))
+
+
 def nm_different_fills(q, k, w):
     s = (_s(q, k).relu() * w.unsqueeze(-1)).sum(1)
     s = s.masked_fill(_causal(q.shape[0], k.shape[0]), float("-inf"))
@@ -566,6 +579,13 @@ NEAR_MISSES = [
     Case("topk_over_rows", nm_topk_over_rows, _qkw, {}),
     Case("opaque_mask_tensor", nm_opaque_mask, _with_mask, {}, reject="opaque"),
     Case("two_masks_different_fills", nm_different_fills, _qkw, {}, reject="different fill"),
+    # finite fills that visible scores cross: top-k then picks masked columns, which the op never
+    # does, so only -inf (or the scores' own finfo.min, which nothing finite crosses) may match
+    Case("mask_fill_minus_1e9", _fill(-1e9), _loud(1e11), {}, reject="fill value -1000000000.0"),
+    Case("mask_fill_minus_1e4", _fill(-1e4), _loud(1e6), {}, reject="fill value -10000.0"),
+    Case("mask_fill_fp16_min_on_fp32", _fill(torch.finfo(torch.float16).min), _loud(1e7), {},
+         reject="fill value -65504.0"),
+    Case("mask_fill_large_positive", _fill(1e30), _qkw, {}, reject="fill value 1e+30"),
     Case("float_mask_multiplied", nm_float_mask_multiplied, _qkw, {}),
     Case("decode_in_page_mask", nm_decode_in_page_mask, make_decode, {}, reject="uses the column index"),
     Case("unsupported_head_dim_24", nm_head_dim_24, lambda dt, s: _qkw(dt, s, d=24), {}, reject="power of two"),

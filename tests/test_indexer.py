@@ -34,7 +34,8 @@ def _dev(*xs):
 def _assert_logits(out, ref, tol):
     out = out.cpu().double()
     fin = torch.isfinite(ref)
-    assert torch.equal(torch.isfinite(out), fin) and (out[~fin] == float("-inf")).all()
+    assert torch.equal(torch.isnan(out), torch.isnan(ref)), "NaN pattern differs"  # logits keep NaN
+    assert torch.equal(torch.isfinite(out), fin) and torch.equal(out[~fin].nan_to_num(0.0), ref[~fin].nan_to_num(0.0))
     scale = ref[fin].abs().max() if fin.any() else 1.0
     assert ((out - ref)[fin].abs().max() if fin.any() else 0) <= tol * scale
 
@@ -105,8 +106,10 @@ def _assert_topk(vals, idx, ref, topk, tol=1e-5):
     assert msg is None, msg
     taken = idx >= 0
     assert (vals[~taken] == float("-inf")).all()
-    got = torch.where(taken, vals.double(), 0)
-    want = torch.where(taken, ref.gather(1, idx.long().clamp(min=0)), 0)
+    want = ref.gather(1, idx.long().clamp(min=0)).nan_to_num(float("-inf"), float("inf"), float("-inf"))  # NaN reads -inf
+    assert torch.equal(torch.isneginf(vals) & taken, torch.isneginf(want) & taken)
+    taken &= torch.isfinite(want)
+    got, want = torch.where(taken, vals.double(), 0), torch.where(taken, want, 0)
     fin = ref[torch.isfinite(ref)]
     scale = fin.abs().max().item() if fin.numel() else 1.0
     assert (got - want).abs().max() <= tol * max(scale, 1.0)
@@ -185,3 +188,21 @@ def test_logits_topk_transposed_and_empty(gen):
     assert (i == -1).all() and (v == float("-inf")).all()
     with pytest.raises(TypeError, match="logits must be float32"):
         idsa.logits_topk(logits.double(), 2)
+
+
+NAN, INF = float("nan"), float("inf")
+
+
+@pytest.mark.parametrize("topk", [3, 9, 2100])  # 2100 > 2048: the fallback path
+def test_topk_special_values_rank_as_documented(topk):
+    """README ranking, exactly: +0.0 == -0.0 (ties to the lower column), NaN below -inf (value -inf)."""
+    logits = torch.tensor([[0.0, -0.0, 0.0, -0.0, 0.0, 0.0, 0.0, 0.0, 0.0],
+                           [NAN, -INF, 1.0, NAN, -0.0, 0.0, -INF, INF, NAN]])
+    want_i = torch.tensor([[0, 1, 2, 3, 4, 5, 6, 7, 8], [7, 2, 4, 5, 1, 6, 0, 3, 8]], dtype=torch.int32)
+    want_v = torch.tensor([[0.0] * 9, [INF, 1.0, 0.0, 0.0] + [-INF] * 5])
+    vals, idx = idsa.logits_topk(logits.to(DEVICE), topk)
+    ref_v, ref_i = reference.logits_topk(logits, topk, *reference.full_ranges(2, 9))
+    m = min(topk, 9)
+    for v, i in ((vals.cpu(), idx.cpu()), (ref_v, ref_i)):
+        assert torch.equal(i[:, :m], want_i[:, :m]) and torch.equal(v[:, :m], want_v[:, :m])
+        assert (i[:, m:] == -1).all() and (v[:, m:] == -INF).all()

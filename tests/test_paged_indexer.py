@@ -97,7 +97,9 @@ def assert_topk(vals, idx, ref, topk, tol=1e-5):
     idx2, vals2 = idx.reshape(b * n, topk), vals.reshape(b * n, topk)
     taken = idx2 >= 0
     assert (vals2[~taken] == float("-inf")).all()
-    want = ref2.gather(1, idx2.long().clamp(min=0))
+    want = ref2.gather(1, idx2.long().clamp(min=0)).nan_to_num(float("-inf"), float("inf"), float("-inf"))  # NaN reads -inf
+    assert torch.equal(torch.isneginf(vals2) & taken, torch.isneginf(want) & taken)
+    taken &= torch.isfinite(want)
     fin = ref2[torch.isfinite(ref2)]
     scale = max(fin.abs().max().item(), 1.0) if fin.numel() else 1.0
     assert (torch.where(taken, vals2.double() - want, 0)).abs().max() <= tol * scale
@@ -120,6 +122,23 @@ def split(request, monkeypatch):
     cfg = configs.PAGED[target]
     monkeypatch.setitem(configs.PAGED, target, dataclasses.replace(cfg, **SPLITS[request.param]))
     return request.param
+
+
+@pytest.mark.parametrize("split", list(SPLITS), indirect=True)
+@pytest.mark.parametrize("topk", [5, 40, 190])
+def test_topk_nan_and_zero_ranking_exact(split, topk, gen):
+    """Integer-valued q and keys (exact scores, many ties at 0 and elsewhere) and NaN rows (E8M0
+    byte 0xFF): exactly the oracle's indices, on the single and the split paths (NaN candidates
+    cross the partial lists and the final merge)."""
+    case = make_case(gen, n=2, h=2, d=32, ctx=[190, 64, 130], ints=True)
+    cache, bt = case[1], case[3]
+    for p in bt[:, :2].flatten().unique().tolist():             # E8M0 bytes follow 64 x 16 code bytes
+        if 0 <= p < cache.shape[0]:
+            cache[p, PAGE * 16 + torch.randint(0, PAGE, (3,), generator=gen)] = 0xFF
+    assert _oracle(case, "mxfp4", "fn").isnan().any()
+    vals, idx = idsa.paged_indexer_topk(*_dev(case), topk, check_values=False)
+    want_v, want_i = reference.paged_indexer_topk(*case, topk)
+    assert torch.equal(idx.cpu(), want_i) and torch.equal(vals.cpu(), want_v)
 
 
 @pytest.mark.parametrize("split", list(SPLITS), indirect=True)

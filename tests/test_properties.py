@@ -115,48 +115,38 @@ def test_indexer_topk_deterministic(seed, t, n, h, rk, topk):
 
 
 @FEW
-@given(seed=SEEDS, t=st.sampled_from([2, 3, 5]), n=st.sampled_from([3, 7, 13]), h=HEADS,
-       topk=st.integers(1, 16), nan_row=st.integers(0, 1))
-def test_indexer_topk_nan_in_q(seed, t, n, h, topk, nan_row):
-    """Current behaviour with a NaN in q (documented here, checked against the oracle):
-
-    relu does NOT turn NaN into 0: q[t, 0, 0] = NaN makes every score of row t NaN (in the
-    kernel's logits and in the float64 oracle alike). indexer_topk then ranks those NaN scores
-    below every other score (README): they are still selected -- all visible columns, ascending
-    column order, since they all tie -- and their reported value is -inf (not NaN). Rows without
-    a NaN are unaffected."""
+@given(seed=SEEDS, t=st.sampled_from([2, 3, 5]), n=SIZES, h=HEADS, rk=RANGES, topk=st.integers(1, 16),
+       where=st.sampled_from(["q", "k"]))
+def test_indexer_topk_nan_matches_oracle(seed, t, n, h, rk, topk, where):
+    """NaN in q (every score of that row NaN: relu keeps NaN) or in one key row (that column NaN):
+    the oracle's ranking (NaN below every number, value -inf), no special case."""
     q, k, w, g = _indexer_case(seed, "bf16", t, n, h)
-    q[nan_row, 0, 0] = float("nan")
-    logits = idsa.indexer_logits(*_dev(q, k, w)).cpu()
-    ref = reference.indexer_logits(q, k, w)
-    assert logits[nan_row].isnan().all() and ref[nan_row].isnan().all()
-    vals, idx = (x.cpu() for x in idsa.indexer_topk(*_dev(q, k, w), topk))
-    want = min(topk, n)
-    assert torch.equal(idx[nan_row, :want], torch.arange(want, dtype=torch.int32))
-    assert (idx[nan_row, want:] == -1).all()
-    assert (vals[nan_row] == float("-inf")).all()
-    ok = torch.arange(t) != nan_row
-    _assert_topk(vals[ok], idx[ok], ref[ok], topk)
+    if where == "q":
+        q[int(torch.randint(0, t, (1,), generator=g)), 0, 0] = float("nan")
+    else:
+        k[int(torch.randint(0, n, (1,), generator=g)), 0] = float("nan")
+    ks, ke = _ranges(rk, t, n, g)
+    ref = reference.indexer_logits(q, k, w, ks, ke)
+    _assert_logits(idsa.indexer_logits(*_dev(q, k, w), **_call_ranges(ks, ke)), ref, 1e-5)
+    _assert_topk(*idsa.indexer_topk(*_dev(q, k, w), topk, **_call_ranges(ks, ke)), ref, topk)
 
 
-@FEW
-@given(seed=SEEDS, n=SIZES, h=HEADS, topk=st.integers(1, 12))
-def test_indexer_topk_nan_ranks_last(seed, n, h, topk):
-    """A NaN key row gives a NaN score in that column only; it ranks below all real scores
-    (including relu's zeros) and, when selected, reports value -inf."""
-    q, k, w, g = _indexer_case(seed, "bf16", 3, n, h)
-    bad = int(torch.randint(0, n, (1,), generator=g))
-    k[bad, 0] = float("nan")
-    vals, idx = (x.cpu() for x in idsa.indexer_topk(*_dev(q, k, w), topk))
-    want = min(topk, n)
-    if want == n:          # every column selected: the NaN one comes last, valued -inf
-        assert (idx[:, want - 1] == bad).all() and (vals[:, want - 1] == float("-inf")).all()
-    else:                  # fewer slots than columns: the NaN column is never chosen
-        assert not (idx == bad).any()
-    ref = reference.indexer_logits(q, k, w).masked_fill(torch.arange(n) == bad, float("-inf"))
-    m = min(want, n - 1)   # the slots holding real (non-NaN) scores
-    if m:
-        _assert_topk(vals[:, :m], idx[:, :m], ref, m)
+@SOME
+@given(seed=SEEDS, t=st.sampled_from([3, 5]), n=st.sampled_from([7, 13, 31]), rk=RANGES, extra=st.integers(-8, 4))
+def test_logits_topk_special_values_exact(seed, t, n, rk, extra):
+    """logits drawn from {NaN, -inf, +inf, -0.0, +0.0, 1, -1, random}: exactly the oracle's
+    indices and values (NaN last reading -inf, +0.0 == -0.0, ties to the lower column)."""
+    g = _gen(seed)
+    pool = torch.tensor([float("nan"), float("-inf"), float("inf"), -0.0, 0.0, 1.0, -1.0])
+    logits = pool[torch.randint(0, len(pool), (t, n), generator=g)]
+    logits = torch.where(torch.rand(t, n, generator=g) < 0.2, torch.randn(t, n, generator=g), logits)
+    ks, ke = _ranges(rk, t, n, g)
+    topk = max(1, n + extra)
+    vals, idx = idsa.logits_topk(logits.to(DEVICE), topk, **_call_ranges(ks, ke))
+    if ks is None:
+        ks, ke = reference.full_ranges(t, n)
+    want_v, want_i = reference.logits_topk(logits, topk, ks, ke)
+    assert torch.equal(idx.cpu(), want_i) and torch.equal(vals.cpu(), want_v)
 
 
 PAGED_FMT = st.sampled_from([("mxfp4", "fn"), ("fp8", "fn"), ("fp8", "fnuz")])

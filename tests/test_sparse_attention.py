@@ -122,6 +122,20 @@ def test_scale_and_dtypes():
     assert_close(q, kv, idx, s, out, lse)
 
 
+@pytest.mark.parametrize("scale", [1e4, -1e4])
+def test_large_scale_fp32(scale):
+    """fp32, |scale| 1e4: scores ~1e5, lse ~1e5. lse carries the fp32 rounding of its largest
+    score (relative ~1e-7, measured: the same as a logsumexp of fp32-rounded scores, so nothing
+    overflows or cancels); the absolute LSE_TOL cannot hold, a relative bound of 16 ulp does."""
+    q, kv, idx, s = make(2, 2, 8, 64, 40, 17, seed=9, dtype=torch.float32)
+    out, lse = inductor_dsa.sparse_attention(q, kv, idx, sink=s, scale=scale, return_lse=True)
+    ref_out, ref_lse = reference.sparse_attention(q.cpu(), kv.cpu(), idx.cpu(), s.cpu(), scale)
+    tol = OUT_TOL * kv.abs().max().item() + 2**-7 * ref_out.abs()
+    assert ((out.cpu().double() - ref_out).abs() <= tol).all()
+    assert (lse.cpu().double() - ref_lse).abs().max() <= 16 * 2**-24 * ref_lse.abs().max()
+    assert ref_lse.abs().max() > 1e5
+
+
 # D = 128: the combine runs 2 column chunks; 8 splits of 70 slots: the last ones are empty
 @pytest.mark.parametrize("splits,d", [(2, 32), (3, 128), (8, 64)])
 def test_split_kv(splits, d):
@@ -229,3 +243,18 @@ def test_out_of_range_indices_raise(monkeypatch, value):
     args["indices"][0, 1, 2] = value
     with pytest.raises(ValueError, match=r"indices must lie in \[-1, 10\)"):
         inductor_dsa.sparse_attention(args["q"], args["kv"], args["indices"], sink=args["sink"])
+
+
+@pytest.mark.parametrize("splits", [1, 2])
+def test_special_sinks_and_nan_q(splits):
+    """sink +inf: out 0; NaN sink: out NaN; -inf: no sink; lse never includes the sink; a NaN in q
+    makes that query's out AND lse NaN (lse -inf would say 'no slot' and hide it in an lse merge)."""
+    from test_fallback import _special_sinks
+    from inductor_dsa.kernels import launch
+    q, kv, idx, _ = make(1, 2, 4, 16, 20, 9, holes=0.2, seed=2, dtype=torch.float32, sink=False)
+
+    def run(q, kv, i, s):
+        q, kv, i = q.to(DEVICE), kv.to(DEVICE), i.to(DEVICE)
+        out, lse = launch.sparse_attention(q, kv, i, None if s is None else s.to(DEVICE), 16 ** -0.5, splits)
+        return out.cpu(), lse.cpu()
+    _special_sinks(q.cpu(), kv.cpu(), idx.cpu(), run)

@@ -76,7 +76,13 @@ def _logits_into(out, row0, rows, t, n, h, plan, k_start, k_end, target, fill):
         so_t=out.stride(0), BT=bt, BN=cfg.bn, FILL=fill, **plan, **configs.launch_options(cfg, target))
 
 
+def _dense(k_start, k_end):
+    """The row ranges as the kernels index them: dense [T] (a strided view would be misread)."""
+    return k_start.contiguous(), k_end.contiguous()
+
+
 def indexer_logits(q, q_scale, k, k_scale, weights, k_start, k_end) -> torch.Tensor:
+    k_start, k_end = _dense(k_start, k_end)
     t, n = q.shape[0], k.shape[0]
     out = torch.empty((t, n), dtype=torch.float32, device=q.device)
     if t and n:
@@ -88,6 +94,7 @@ def indexer_logits(q, q_scale, k, k_scale, weights, k_start, k_end) -> torch.Ten
 
 def indexer_topk(q, q_scale, k, k_scale, weights, k_start, k_end, topk: int):
     """Chunks of C rows: logits into a workspace of at most max(outputs, min_rows x K) fp32, then select."""
+    k_start, k_end = _dense(k_start, k_end)
     target = configs.target_for(q.device)
     sel = configs.SELECT[target]
     t, n = q.shape[0], k.shape[0]
@@ -112,6 +119,7 @@ def _select(ws, row0, rows, t, n, k_start, k_end, out_v, out_i, topk, sel):
 
 def logits_topk(logits, k_start, k_end, topk: int):
     """Top-k of given fp32 logits [T, K] (last dim contiguous) over per-row ranges: the select alone."""
+    k_start, k_end = _dense(k_start, k_end)
     t, n = logits.shape
     out_v = torch.empty((t, topk), dtype=torch.float32, device=logits.device)
     out_i = torch.empty((t, topk), dtype=torch.int32, device=logits.device)

@@ -6,6 +6,7 @@ the histogram is zeroed by a captured memset).
 """
 from __future__ import annotations
 
+import contextlib
 from dataclasses import dataclass
 
 import torch
@@ -98,6 +99,7 @@ def _check_cfg(cfg: configs.PagedConfig) -> None:
 
 
 def paged_logits(q, q_scale, kv_cache, weights, block_table, context_lens, fmt, fp8_flavor):
+    context_lens = context_lens.contiguous()  # the kernels index it as a dense [B]
     target = configs.target_for(q.device)
     cfg = configs.PAGED[target]
     _check_cfg(cfg)
@@ -118,6 +120,7 @@ def paged_topk(q, q_scale, kv_cache, weights, block_table, context_lens, topk, f
                programs: int | None = None, stats: dict | None = None):
     """Fused paged top-k (see kernels/paged_indexer.py). ``programs`` overrides the programs per wave;
     ``stats`` (tests, benchmarks) receives the split plan and the per-list candidate counts."""
+    context_lens = context_lens.contiguous()  # the kernels index it as a dense [B]
     target = configs.target_for(q.device)
     cfg = configs.PAGED[target]
     _check_cfg(cfg)
@@ -178,6 +181,7 @@ def paged_topk(q, q_scale, kv_cache, weights, block_table, context_lens, topk, f
 
 def paged_gather(kv_cache, block_table, context_lens, total_rows: int, payload_bytes: int, scale_bytes: int):
     """(payload uint8 [total_rows, A], scales uint8 [total_rows, S], k_start, k_end int32 [B])."""
+    block_table, context_lens = block_table.contiguous(), context_lens.contiguous()  # dense [B, P], [B]
     dev = kv_cache.device
     b, max_pages = block_table.shape
     max_len = max_pages * PAGE_ROWS
@@ -189,7 +193,7 @@ def paged_gather(kv_cache, block_table, context_lens, total_rows: int, payload_b
     if b and max_len and total_rows:
         paged_gather_kernel[(b, cdiv(max_len, GATHER_ROWS))](
             kv_cache, block_table, context_lens, start, out_a, out_s, total_rows, max_pages,
-            kv_cache.shape[0], block_table.stride(0), kv_cache.stride(0),
+            kv_cache.shape[0], max_pages, kv_cache.stride(0),
             A=payload_bytes, SB=scale_bytes, GR=GATHER_ROWS)
     return (out_a, out_s, start.clamp(max=total_rows).to(torch.int32), end.clamp(max=total_rows).to(torch.int32))
 
@@ -199,8 +203,11 @@ def paged_check(kv_cache, block_table, context_lens) -> tuple[int, int]:
     context that lie outside [0, num_pages)): one launch, one device-to-host copy (a sync)."""
     b, max_pages = block_table.shape
     bad = torch.zeros(2, dtype=torch.int32, device=block_table.device)
-    paged_check_kernel[(b,)](block_table, context_lens, bad, *block_table.stride(), context_lens.stride(0),
-                             max_pages * PAGE_ROWS, kv_cache.shape[0], BLOCK=CHECK_PAGES)
+    # Triton launches on the current device; the public functions call this outside the ops'
+    # switch to the inputs' GPU (tests/test_devices.py)
+    with torch.cuda.device(bad.device) if bad.is_cuda else contextlib.nullcontext():
+        paged_check_kernel[(b,)](block_table, context_lens, bad, *block_table.stride(), context_lens.stride(0),
+                                 max_pages * PAGE_ROWS, kv_cache.shape[0], BLOCK=CHECK_PAGES)
     return tuple(bad.tolist())
 
 

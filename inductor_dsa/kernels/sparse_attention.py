@@ -15,7 +15,8 @@ gathered KV tile [BN, D] is loaded ONCE and shared by all BH heads, first as K, 
 Empty slots (idx < 0) and, defensively, idx >= N score -inf and load nothing, so the kernel
 never reads outside kv. The sink joins at the end: mx_f = max(mx, sink * log2 e), both acc
 and l rescaled by 2^(mx - mx_f), l += 2^(sink * log2 e - mx_f). A query with no valid slot
-has acc = 0 and l = 0 (no sink) or l > 0 (sink): out is 0 either way, never NaN.
+has acc = 0 and l = 0 (no sink) or l > 0 (sink): out is 0 either way, never NaN. NaN inputs
+(a NaN score or sink) give NaN out, and a NaN score NaN lse (see ``_finish``).
 
 Gather: ``GATHER`` picks how the loop overlaps the indirect KV load with the MMAs (see
 ``_attend``). D is not chunked: Q and the KV tile go through shared memory / LDS and the
@@ -101,18 +102,28 @@ def _attend(q, kv, idx, i_off, kv_off, lo, hi, N, qk_scale, skv_n, skv_d, si_k,
 
 
 @triton.jit
+def _inv(l):
+    """1 / l, with 0 for l == 0 (no slot, no sink: out = acc * 0 = 0); a NaN l stays NaN."""
+    return tl.where(l == 0, 0.0, 1.0 / tl.where(l == 0, 1.0, l))
+
+
+@triton.jit
 def _finish(acc, mx, l, sink, heads, hm, HAS_SINK: tl.constexpr):
-    """(out fp32 [BH, D], lse natural-log [BH]) from online-softmax state (sink added here)."""
-    lse = tl.where(l > 0, (mx + tl.log2(tl.where(l > 0, l, 1.0))) * _LN2, float("-inf"))
+    """(out fp32 [BH, D], lse natural-log [BH]) from online-softmax state (sink added here).
+
+    l == 0 (no slot): lse -inf. A NaN score makes l NaN: lse and out NaN (never the -inf of "no
+    slot"). The sink joins the denominator only: top = max(mx, sink) (NaN-propagating), its term
+    exp2(sink - top) taken as 1 when sink == top, so sink = +inf gives out = 0 (every
+    exp2(s - inf) = 0) and a NaN sink gives out NaN."""
+    lse = tl.where(l == 0, float("-inf"), (mx + tl.log2(tl.where(l == 0, 1.0, l))) * _LN2)
     if HAS_SINK:
         sk = tl.load(sink + heads, mask=hm, other=0.0).to(tl.float32) * _LOG2E
-        top = tl.maximum(mx, sk)
+        top = tl.maximum(mx, sk, propagate_nan=tl.PropagateNan.ALL)
         top = tl.where(top == float("-inf"), 0.0, top)
         alpha = tl.exp2(mx - top)
-        l = l * alpha + tl.exp2(sk - top)
+        l = l * alpha + tl.where(sk == top, 1.0, tl.exp2(sk - top))
         acc = acc * alpha[:, None]
-    inv = tl.where(l > 0, 1.0 / tl.where(l > 0, l, 1.0), 0.0)
-    return acc * inv[:, None], lse
+    return acc * _inv(l)[:, None], lse
 
 
 @triton.jit
@@ -147,8 +158,7 @@ def sparse_attention_kernel(q, kv, idx, sink, out, lse, ws, M, N, H, TOPK, qk_sc
         tl.store(lse + b * sl_b + m * sl_m + heads, ls, mask=hm)
     else:
         row = ((pid.to(tl.int64) * SPLITS + sp) * H + heads) * (D + 4)
-        inv = tl.where(l > 0, 1.0 / tl.where(l > 0, l, 1.0), 0.0)
-        tl.store(ws + row[:, None] + dd[None, :], acc * inv[:, None], mask=hm[:, None])
+        tl.store(ws + row[:, None] + dd[None, :], acc * _inv(l)[:, None], mask=hm[:, None])
         tl.store(ws + row + D, mx, mask=hm)
         tl.store(ws + row + D + 1, l, mask=hm)
 

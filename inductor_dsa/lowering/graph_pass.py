@@ -63,7 +63,7 @@ _PACKAGE = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 @functools.lru_cache(maxsize=4)
 def source_hash(root: str = _PACKAGE) -> str:
     """sha256 of every source file that decides what the pass does (patterns, lowering,
-    kernels, ops, reference, checks), plus torch's version."""
+    kernels, ops, fallback, checks), plus torch's version."""
     h = hashlib.sha256(torch.__version__.encode())
     for sub in ("patterns", "lowering", "kernels", "."):
         d = os.path.join(root, sub)

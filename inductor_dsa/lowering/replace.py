@@ -17,7 +17,7 @@ import sympy
 import torch
 import torch.fx as fx
 
-from .. import ops, reference  # noqa: F401  (ops registers torch.ops.inductor_dsa.*)
+from .. import fallback, ops  # noqa: F401  (ops registers torch.ops.inductor_dsa.*)
 from ..patterns.algebra import Atoms, Reject
 from ..patterns.indexer import IndexerForm, Term
 
@@ -317,7 +317,7 @@ class Replacement:
         """[T, K] fp32 logits (-inf outside the ranges) -> the mask's fill, dtype and layout."""
         f = self.f
         if f.fill is not None and f.fill != -math.inf:
-            vis = reference.visible_mask(ks, ke, K)
+            vis = fallback.visible_mask(ks, ke, K)
             out = torch.where(vis, out, torch.full((), f.fill, dtype=out.dtype, device=out.device))
         return self._unarrange(out.to(f.out_dtype), f.keys)
 

@@ -492,8 +492,9 @@ def const_value(v: Value) -> Optional[float]:
     return v.value if isinstance(v, Const) else None
 
 
-def is_minus_inf_like(x: float) -> bool:
-    """-inf, or the most negative finite value of a float dtype we accept as a mask fill."""
-    if x == -math.inf:
-        return True
-    return any(x == torch.finfo(dt).min for dt in (torch.float32, torch.bfloat16, torch.float16))
+def is_minus_inf_like(x: float, dtype: torch.dtype) -> bool:
+    """Whether a mask fill ranks like -inf for scores of ``dtype``: -inf, or at or below that dtype's
+    most negative finite value (no finite score lies below it). A finite fill above it (e.g.
+    finfo(float16).min on fp32 scores, or -1e4) can be crossed by visible scores, which top-k
+    would then rank below masked columns: not the op's semantics."""
+    return x == -math.inf or (dtype.is_floating_point and x <= torch.finfo(dtype).min)

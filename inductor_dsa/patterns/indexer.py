@@ -5,8 +5,8 @@ Reads a node (a top-k input, or a logits tensor) and proves it computes
     X[rows, j] = fill                                              if not visible(rows, j)
                = sum_h  w[rows, h] * relu( sum_d q[rows, h, d] * k[b(rows), j, d] )   otherwise
 
-where ``visible`` is a per-row range of j, ``fill`` is -inf or finfo.min, and ``w`` is a
-product of tensors/constants over (rows, h). Tensor-parallel form: the head sum covers this
+where ``visible`` is a per-row range of j, ``fill`` is -inf or the scores' dtype's finfo.min, and
+``w`` is a product of tensors/constants over (rows, h). Tensor-parallel form: the head sum covers this
 rank's heads and is summed across ranks (``all_reduce``, op sum) before the mask. Everything is checked on the index algebra
 of ``algebra.py``: which index each tensor depends on, which indices are summed, in which
 order relu and the weights are applied. Any doubt raises ``Reject`` with the reason.
@@ -314,9 +314,9 @@ def _attach_mask(I, form: IndexerForm, conds, fills, additive):
     A = I.A
     if any(c.expr is None for c in conds):
         raise Reject("the mask is not built from arange/iota (an opaque boolean tensor)")
-    bad = [f for f in fills if not is_minus_inf_like(f)]
+    bad = [f for f in fills if not is_minus_inf_like(f, form.out_dtype)]
     if bad:
-        raise Reject(f"mask fill value {bad[0]} is not -inf or finfo.min")
+        raise Reject(f"mask fill value {bad[0]} is not -inf or finfo({dtype_name(form.out_dtype)}).min")
     if len(set(fills)) > 1:
         raise Reject("masks with different fill values")
     if additive > 1 and fills[0] != -math.inf:
