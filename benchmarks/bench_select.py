@@ -118,24 +118,40 @@ SWEEP = [  # SelectConfig fields tried with --sweep on every select case
 ]
 
 
+def kernel_times(fn, calls=5) -> dict:
+    """GPU microseconds per call of each kernel fn launches (torch.profiler, ``calls`` calls)."""
+    fn()
+    torch.cuda.synchronize()
+    with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CUDA]) as prof:
+        for _ in range(calls):
+            fn()
+        torch.cuda.synchronize()
+    per = {}
+    for ev in prof.events():
+        if ev.device_type == torch.autograd.DeviceType.CUDA:
+            per[ev.name] = per.get(ev.name, 0.0) + ev.device_time / calls
+    return dict(sorted(per.items(), key=lambda kv: -kv[1]))
+
+
+def _line(per: dict) -> str:
+    return ", ".join(f"{k[:40]} {v:.1f} us" for k, v in per.items())
+
+
 def profile(cases):
-    """Per-kernel GPU time of one logits_topk call per case (torch.profiler, 5 calls averaged)."""
+    """Per-kernel GPU time of each logits_topk case, and of the paged decode top-k, whose chunk
+    selects and merge (paged_select / filter / final kernels) are the engine's share there."""
     for name, t, n, mask, topk in cases:
         ks, ke = ranges(t, n, mask)
         logits = torch.randn(t, n, device=DEVICE)
-        fn = lambda: inductor_dsa.logits_topk(logits, topk, k_start=ks, k_end=ke)
-        fn()
-        torch.cuda.synchronize()
-        with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CUDA]) as prof:
-            for _ in range(5):
-                fn()
-            torch.cuda.synchronize()
-        per = {}
-        for ev in prof.events():
-            if ev.device_type == torch.autograd.DeviceType.CUDA:
-                per[ev.name] = per.get(ev.name, 0.0) + ev.device_time / 5
-        print(f"profile {name} k={topk}: " + ", ".join(f"{k[:40]} {v:.1f} us" for k, v in
-                                                      sorted(per.items(), key=lambda kv: -kv[1])), flush=True)
+        per = kernel_times(lambda: inductor_dsa.logits_topk(logits, topk, k_start=ks, k_end=ke))
+        print(f"profile {name} k={topk}: {_line(per)}", flush=True)
+    from bench_paged_indexer import make_case
+    for b, length, topk in [(64, 32768, 512), (128, 65536, 1024)]:
+        q, cache, w, bt, ctx = make_case(b, length)
+        per = kernel_times(lambda: inductor_dsa.paged_indexer_topk(q, cache, w, bt, ctx, topk, check_values=False))
+        sel = sum(v for k, v in per.items() if "scores" not in k)
+        print(f"profile paged B={b} L={length} top-{topk}: select + merge {sel:.1f} of {sum(per.values()):.1f} us "
+              f"({sel / sum(per.values()):.0%}): {_line(per)}", flush=True)
 
 
 def sweep(cases):
