@@ -120,11 +120,14 @@ def lambda_topk(q, k, w):
     return pick(scores).indices
 
 
-def test_report_names_the_function_around_a_lambda():
+def test_report_names_functions_not_lambdas():
     import torch
     import inductor_dsa
     from pass_helpers import compile_run
     q, k, w = (torch.randn(*s, generator=torch.Generator().manual_seed(0)) for s in ((8, 4, 16), (32, 16), (8, 4)))
     _, swaps = compile_run(lambda_topk, (q, k, w))
-    (swap,) = inductor_dsa.report().swaps
+    (comp,) = inductor_dsa.report()
+    (swap,) = comp.swaps
     assert swaps == {"indexer_topk": 1} and "in <lambda> called from lambda_topk: pick = lambda s" in swap.source, swap
+    assert comp.graph == "lambda_topk (test_integration.py)" and str(inductor_dsa.report()).startswith(
+        "[lambda_topk (test_integration.py)] 1 swap(s)")

@@ -159,14 +159,10 @@ def reset() -> None:
         counters.clear()
 
 
-def source_line(node) -> str:
-    """'file:line in fn: code' of the user frame that produced ``node``; when that frame is a
-    lambda (or comprehension) the function it runs in is named too."""
-    st: Optional[str] = node.meta.get("stack_trace") if node is not None else None
-    if not st:
-        return "<no stack trace>"
-    lines = [l.strip() for l in st.strip().splitlines() if l.strip()]
-    frames = []  # (file, line, fn, code), outermost first
+def _frames(stack_trace: str):
+    """[(file name or None, line, function, code)] of a node's stack trace, outermost first."""
+    lines = [l.strip() for l in stack_trace.strip().splitlines() if l.strip()]
+    frames = []
     for i, l in enumerate(lines):
         if not l.startswith("File "):
             continue
@@ -178,11 +174,37 @@ def source_line(node) -> str:
                            code))
         except ValueError:
             frames.append((None, None, l, code))
+    if not frames and lines:
+        frames = [(None, None, lines[-1], "")]
+    return frames
+
+
+def _named(frames):
+    """The frames that have a file and a real function name (not <lambda>, <genexpr>, <module>)."""
+    return [f for f in frames if f[0] is not None and not f[2].startswith("<")]
+
+
+def source_line(node) -> str:
+    """'file:line in fn: code' of the user frame that produced ``node``; when that frame is a
+    lambda (or comprehension) the function it runs in is named too."""
+    st: Optional[str] = node.meta.get("stack_trace") if node is not None else None
+    frames = _frames(st) if st else []
     if not frames:
-        return lines[-1]
+        return "<no stack trace>"
     path, line, fn, code = frames[-1]
     where = fn if path is None else f"{path}:{line} in {fn}"
-    caller = next((f[2] for f in reversed(frames[:-1]) if f[0] is not None and not f[2].startswith("<")), None)
+    caller = _named(frames[:-1])
     if fn.startswith("<") and caller:
-        where += f" called from {caller}"
+        where += f" called from {caller[-1][2]}"
     return f"{where}: {code}" if code else where
+
+
+def graph_label(graph) -> str:
+    """'fn (file)': the outermost named user function of the graph (the compiled function or
+    module's forward), else the graph module's class name (e.g. "<lambda>")."""
+    for n in graph.nodes:
+        named = _named(_frames(n.meta.get("stack_trace") or ""))
+        if named:
+            return f"{named[0][2]} ({named[0][0]})"
+    owner = graph.owning_module
+    return type(owner).__name__ if owner is not None else "graph"
