@@ -78,7 +78,7 @@ print("RESULT", json.dumps(dict(aot_hit=counters["aot_autograd"]["autograd_cache
 
 
 def _result(out):
-    return json.loads(out.split("RESULT ", 1)[1])
+    return json.loads(out.split("RESULT ", 1)[1].splitlines()[0])
 
 
 def test_report_survives_cache_hits(tmp_path):
