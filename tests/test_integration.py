@@ -4,9 +4,9 @@ since what it checks (imports, registries, caches, log settings) is per process.
 import json
 import os
 import pathlib
+import re
 import subprocess
 import sys
-import tomllib
 
 import pytest
 
@@ -32,7 +32,14 @@ def test_import_leaves_the_pass_machinery_unloaded():
     assert "loaded: []" in out and "after backend: True" in out, out
 
 
-ENTRY_POINT = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["entry-points"]["torch_dynamo_backends"]
+def declared_backends() -> dict:
+    """pyproject.toml's torch_dynamo_backends entry points (no tomllib: Python 3.10 is supported)."""
+    text = (ROOT / "pyproject.toml").read_text()
+    section = text.split("[project.entry-points.torch_dynamo_backends]\n", 1)[1].split("\n[", 1)[0]
+    return dict(re.findall(r'^(\w+) = "([^"]+)"', section, re.M))
+
+
+ENTRY_POINT = declared_backends()
 
 # torch.compile(backend="inductor_dsa") before inductor_dsa is imported. An installed package has the
 # entry point (CI's fresh venvs); a bare checkout gets the one pyproject declares, as Dynamo would see it.
