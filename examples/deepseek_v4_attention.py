@@ -1,6 +1,6 @@
 """A small DeepSeek-V4 attention block in plain eager PyTorch, compiled with inductor_dsa.
 
-    python examples/deepseek_v4_attention.py                 # CPU: small config (MEASURE)
+    python examples/deepseek_v4_attention.py                 # CPU: small config (~70 s of CPU time; ~33 s cached)
     python examples/deepseek_v4_attention.py --device cuda   # V4-Flash sizes: indexer H=64, D=128, top-512
     python examples/deepseek_v4_attention.py --device cuda --pro   # V4-Pro: 128 attention heads, top-1024
 
