@@ -138,3 +138,13 @@ def test_report_names_functions_not_lambdas():
     assert swaps == {"indexer_topk": 1} and "in <lambda> called from lambda_topk: pick = lambda s" in swap.source, swap
     assert comp.graph == "lambda_topk (test_integration.py)" and str(inductor_dsa.report()).startswith(
         "[lambda_topk (test_integration.py)] 1 swap(s)")
+
+
+def test_unwritable_cache_dir_does_not_fail_the_compilation(tmp_path, monkeypatch, caplog):
+    """Recording swaps for cache hits is bookkeeping: where it cannot write, it warns."""
+    from inductor_dsa.lowering.report import Swap, begin, on_output_code
+    monkeypatch.setenv("TORCHINDUCTOR_CACHE_DIR", str(tmp_path / "file"))
+    (tmp_path / "file").write_text("not a directory")
+    begin("g").swaps.append(Swap("indexer_topk", "torch.ops.inductor_dsa.indexer_topk", "x.py:1 in f"))
+    on_output_code("buf0 = torch.ops.inductor_dsa.indexer_topk.default(...)")
+    assert "swap record for cache hits unusable" in caplog.text

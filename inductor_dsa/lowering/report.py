@@ -110,21 +110,24 @@ def on_output_code(code: str) -> None:
     compilation and on a cache hit. After our pass ran: store its swaps under the code's hash.
     Without it (a cache hit): list the swaps stored for this code, if any."""
     comp, _compiling.comp = getattr(_compiling, "comp", None), None
-    if OP_PREFIX not in code:
+    if OP_PREFIX not in code or (comp is not None and not all(s.op.split()[0] in code for s in comp.swaps)):
         return
-    path = _record_path(code)
-    if comp is not None:
-        if comp.swaps and all(s.op.split()[0] in code for s in comp.swaps):
-            os.makedirs(os.path.dirname(path), exist_ok=True)
-            with tempfile.NamedTemporaryFile("w", dir=os.path.dirname(path), delete=False) as f:
-                json.dump(dict(graph=comp.graph, swaps=[dataclasses.asdict(s) for s in comp.swaps]), f)
-            os.replace(f.name, path)
-        return
-    try:
+    try:  # bookkeeping for report() only: it must never fail the compilation
+        path = _record_path(code)
+        if comp is not None:
+            if comp.swaps:
+                os.makedirs(os.path.dirname(path), exist_ok=True)
+                with tempfile.NamedTemporaryFile("w", dir=os.path.dirname(path), delete=False) as f:
+                    json.dump(dict(graph=comp.graph, swaps=[dataclasses.asdict(s) for s in comp.swaps]), f)
+                os.replace(f.name, path)
+            return
+        if not os.path.exists(path):
+            return  # ops called by the model code itself, or a cache filled without this record
         with open(path) as f:
             rec = json.load(f)
-    except (OSError, ValueError):
-        return  # ops called by the model code itself, or a cache filled without this record
+    except (OSError, ValueError) as e:
+        log.warning("inductor_dsa: swap record for cache hits unusable (%s); report() may miss swaps", e)
+        return
     c = Compilation(rec["graph"], [Swap(**s) for s in rec["swaps"]], cached=True)
     with _lock:
         _history.append(c)
