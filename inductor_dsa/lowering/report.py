@@ -110,8 +110,10 @@ def on_output_code(code: str) -> None:
     compilation and on a cache hit. After our pass ran: store its swaps under the code's hash.
     Without it (a cache hit): list the swaps stored for this code, if any."""
     comp, _compiling.comp = getattr(_compiling, "comp", None), None
-    if OP_PREFIX not in code or (comp is not None and not all(s.op.split()[0] in code for s in comp.swaps)):
+    if OP_PREFIX not in code:
         return
+    if comp is not None and not all(s.op.split()[0] in code for s in comp.swaps):
+        comp = None  # a pass run whose code was never generated (e.g. graph_only_backend): not this code's
     try:  # bookkeeping for report() only: it must never fail the compilation
         path = _record_path(code)
         if comp is not None:
