@@ -180,7 +180,8 @@ def main():
                     help="tiny sizes, Inductor without code generation (the CPU test of benchmarks/run.py)")
     ap.add_argument("--out", help="JSON results file")
     args = ap.parse_args()
-    torch._inductor.config.force_disable_caches = True  # a cache hit would skip the pass and the compile
+    # cold compiles: this benchmark measures compile time (compile_s, compile_overhead), which a cache hit skips
+    torch._inductor.config.force_disable_caches = True
     dim, seqs, (b, length), topk = SIZES["smoke" if args.smoke else "full"]
     if args.quick:
         seqs = seqs[:1]

@@ -18,7 +18,8 @@ others still run. Everything stops at --budget seconds. Writes into DIR:
 Table: per case, ours (each variant of ours on its own line), eager and default torch.compile
 milliseconds on the same inputs in the same process, the floor where the benchmark computes one
 (see each benchmark's docstring), and its correctness check.
-Exit status 1 if any benchmark failed (its results are still written).
+Exit status 1 if any benchmark failed (its results are still written); 2 without a GPU unless
+--cpu-smoke; 130 on Ctrl-C, which also ends the running benchmark (its whole process group).
 """
 from __future__ import annotations
 
@@ -59,7 +60,7 @@ MIN_START_S = 30  # do not start a benchmark with less time than this left
 def env_info(smoke: bool) -> dict:
     """GPU name and versions, read in a child process (this one never initialises CUDA)."""
     code = ("import json, platform, torch, triton; c = torch.cuda.is_available(); print(json.dumps(dict("
-            "device=torch.cuda.get_device_name() if c else (platform.processor() or 'cpu'), "
+            "gpu=c, device=torch.cuda.get_device_name() if c else (platform.processor() or 'cpu'), "
             "torch=torch.__version__, triton=triton.__version__, cuda=torch.version.cuda, hip=torch.version.hip)))")
     try:
         out = subprocess.run([sys.executable, "-c", code], env=child_env(smoke), capture_output=True, text=True,
@@ -91,16 +92,19 @@ def run_one(spec, mode, out_dir: Path, deadline: float, smoke: bool) -> dict:
     json_path, log_path = out_dir / f"{name}.json", out_dir / f"{name}.log"
     json_path.unlink(missing_ok=True)
     cmd = [sys.executable, str(ROOT / spec["script"]), *args, "--out", str(json_path)]
-    print(f"[run] {name}: {' '.join(cmd[1:])} (limit {limit:.0f} s)", flush=True)
     t0 = time.time()
     with open(log_path, "w") as log:
+        # its own process group (no terminal signals): ended as a whole, compile workers included
         p = subprocess.Popen(cmd, cwd=ROOT, env=child_env(smoke), stdout=log, stderr=subprocess.STDOUT,
                              start_new_session=True)
         try:
+            print(f"[run] {name}: {' '.join(cmd[1:])} (limit {limit:.0f} s, pid {p.pid})", flush=True)
             rc, status = p.wait(timeout=limit), None
         except subprocess.TimeoutExpired:
-            os.killpg(p.pid, signal.SIGKILL)  # the benchmark and its compile workers
-            rc, status = p.wait(), "timeout"
+            rc, status = end_group(p), "timeout"
+        except KeyboardInterrupt:
+            end_group(p)
+            raise
     rec = dict(seconds=round(time.time() - t0, 1), rc=rc, log=log_path.name, command=" ".join(cmd[1:]))
     tail = log_path.read_text(errors="replace").strip().splitlines()[-12:]
     if status is None and rc == 0 and json_path.exists():
@@ -113,6 +117,11 @@ def run_one(spec, mode, out_dir: Path, deadline: float, smoke: bool) -> dict:
     print(f"[run] {name}: {rec['status']} in {rec['seconds']} s" +
           ("" if rec["status"] == "ok" else "\n    " + "\n    ".join(tail)), flush=True)
     return rec
+
+
+def end_group(p: subprocess.Popen) -> int:
+    os.killpg(p.pid, signal.SIGKILL)
+    return p.wait()
 
 
 # ---- reading the benchmarks' own JSON into one table -------------------------------------------
@@ -230,6 +239,12 @@ def main(argv=None) -> int:
     t0 = time.time()
     deadline = t0 + args.budget
     env = env_info(args.cpu_smoke)
+    if not args.cpu_smoke and env.get("gpu") is not True:
+        print(f"[run] no GPU here ({env['device']}): the benchmarks need one. On a CPU, run\n"
+              f"    python benchmarks/run.py --quick --cpu-smoke --out {out_dir}\n"
+              "(tiny sizes under Triton's interpreter: it checks that the benchmarks run, its times mean nothing)",
+              file=sys.stderr)
+        return 2
     print(f"[run] {env['device']}, torch {env.get('torch')}, triton {env.get('triton')}; mode {mode}; "
           f"budget {args.budget:.0f} s; writing {out_dir}/", flush=True)
     only = set(args.only.split(",")) if args.only else None
@@ -237,7 +252,11 @@ def main(argv=None) -> int:
     for spec in BENCHES:
         if (only and spec["name"] not in only) or (not only and spec["optional"] and not args.with_example):
             continue
-        rec = run_one(spec, mode, out_dir, deadline, args.cpu_smoke)
+        try:
+            rec = run_one(spec, mode, out_dir, deadline, args.cpu_smoke)
+        except KeyboardInterrupt:
+            print(f"[run] interrupted during {spec['name']}: it was ended; nothing more written", file=sys.stderr)
+            return 130
         if rec.get("json"):
             try:
                 rec["data"] = json.loads((out_dir / rec["json"]).read_text())

@@ -8,6 +8,7 @@ swaps, not their speed.
 import json
 import os
 import pathlib
+import signal
 import subprocess
 import sys
 
@@ -74,3 +75,34 @@ def test_ceilings_are_measured_not_hard_coded():
     assert set(ast.literal_eval(top["CEILINGS"].value)) == {"bf16_tflops", "copy_tbps"}
     (fn,) = [n for n in tree.body if isinstance(n, ast.FunctionDef) and n.name == "measure_ceilings"]
     assert "CEILINGS" not in {n.id for n in ast.walk(fn) if isinstance(n, ast.Name)}
+
+
+def _run_py(*args, **popen):
+    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
+    return subprocess.Popen([sys.executable, str(ROOT / "benchmarks" / "run.py"), *args], cwd=ROOT, env=env,
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, **popen)
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="checks the message on a machine without a GPU")
+def test_run_without_gpu_points_to_cpu_smoke(tmp_path):
+    p = _run_py("--out", str(tmp_path))
+    out, _ = p.communicate(timeout=300)
+    assert p.returncode == 2 and "--cpu-smoke" in out, out
+
+
+def test_ctrl_c_ends_the_running_benchmark(tmp_path):
+    """SIGINT to run.py (what Ctrl-C sends) ends the benchmark it runs, although that one is in its
+    own process group (where the terminal's Ctrl-C does not reach it)."""
+    p = _run_py("--quick", "--cpu-smoke", "--only", "pass", "--out", str(tmp_path))
+    lines = []
+    for line in p.stdout:
+        lines.append(line)
+        if "(limit" in line and "pid" in line:
+            break
+    child = int(lines[-1].rsplit("pid ", 1)[1].split(")")[0])
+    os.kill(child, 0)  # running
+    p.send_signal(signal.SIGINT)
+    out = "".join(lines) + p.communicate(timeout=120)[0]
+    assert p.returncode == 130 and "interrupted during pass" in out, out
+    with pytest.raises(ProcessLookupError):
+        os.kill(child, 0)

@@ -353,8 +353,7 @@ def _try(planner, graph, node):
 
 def run(graph: fx.Graph) -> int:
     """Apply the pass to ``graph``; returns the number of swaps."""
-    owner = graph.owning_module
-    comp = report.begin(type(owner).__name__ if owner is not None else "graph")
+    comp = report.begin(report.graph_label(graph))
     if _is_training(graph):
         for n in graph.nodes:
             if _is(n, aten.topk) and _upstream_has_product(n):
