@@ -22,7 +22,7 @@ def dequantize(x, xs=None, dtype=torch.float32) -> torch.Tensor:
     plain tensor (xs None), an MXFP4 pair (uint8 codes, uint8 E8M0) or an FP8 pair (e4m3, fp32 row scale)."""
     if xs is not None:
         x = (formats.mxfp4_decode if x.dtype == torch.uint8 else formats.fp8_decode_rows)(x, xs, torch.float32)
-    return x.to(dtype, memory_format=torch.contiguous_format)
+    return x.to(dtype).contiguous()   # .to(memory_format=) kept a same-dtype view's strides on torch 2.11 CUDA
 
 
 def visible_mask(k_start: torch.Tensor, k_end: torch.Tensor, cols: int) -> torch.Tensor:

@@ -3,7 +3,7 @@ import pytest
 import torch
 
 import inductor_dsa
-from inductor_dsa import lowering, reference
+from inductor_dsa import lowering
 from pass_corpus import CASES, ToyIndexer, make_official, official_fn, toy_call
 from pass_helpers import case_args, check_case, check_topk, compile_run, oracle
 
@@ -58,15 +58,16 @@ def test_ten_lengths_compile_at_most_twice_and_always_swap(monkeypatch):
     """Real Inductor code generation on the module, no marks (automatic dynamic: static, then one
     dynamic graph): at most 2 compilations for 10 lengths, counted by a backend wrapping
     inductor_dsa.backend, every compilation swapped, and every call runs the fused top-k."""
+    from inductor_dsa import fallback
     from inductor_dsa.kernels import launch
     torch._dynamo.reset()
     lowering.reset()
     compiles, launches = [], []
-    real, real_ref = launch.indexer_topk, reference.logits_topk
+    real, real_fb = launch.indexer_topk, fallback.logits_topk
     # the op runs the kernel (GPU tensors, or CPU under the interpreter) or, for CPU tensors on a
-    # machine that does not interpret (a GPU box), the oracle's select: count whichever ran
+    # machine that does not interpret (a GPU box), the production fallback's select: count whichever ran
     monkeypatch.setattr(launch, "indexer_topk", lambda *a: launches.append(a[0].shape[0]) or real(*a))
-    monkeypatch.setattr(reference, "logits_topk", lambda *a: launches.append(a[0].shape[0]) or real_ref(*a))
+    monkeypatch.setattr(fallback, "logits_topk", lambda *a: launches.append(a[0].shape[0]) or real_fb(*a))
 
     def counting_backend(gm, example_inputs):
         compiles.append(gm)
