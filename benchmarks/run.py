@@ -6,7 +6,8 @@
     python benchmarks/run.py --quick --cpu-smoke --out d  # CPU: tiny sizes under Triton's interpreter
                                                         #      (what tests/test_benchmarks.py runs)
 
-Each benchmark (bench_pass, bench_indexer, bench_paged_indexer, bench_sparse_attention, bench_select; the V4
+Each benchmark (bench_pass, bench_indexer, bench_paged_indexer, bench_sparse_attention, bench_select,
+bench_host; the V4
 example only with --with-example) runs in its own process with a time limit, most important first:
 a crash, a CUDA device-side assert or a timeout is recorded as that benchmark's error and the
 others still run. Everything stops at --budget seconds. Writes into DIR:
@@ -50,6 +51,7 @@ BENCHES = [  # most important first; arguments per mode (None: not run in that m
     bench("sparse_attention", "benchmarks/bench_sparse_attention.py", [], ["--cases", "prefill", "--no-compile"],
           ["--smoke"], 100),
     bench("select", "benchmarks/bench_select.py", [], ["--no-fused"], ["--smoke"], 100),
+    bench("host", "benchmarks/bench_host.py", [], ["--quick"], ["--smoke"], 100),
     # the V4 block example compiles a 3-layer block and a decode step twice at V4-Flash sizes:
     # minutes, so only with --with-example or --only v4_example
     bench("v4_example", "examples/deepseek_v4_attention.py", ["--sweep", "none", "--iters", "5"],

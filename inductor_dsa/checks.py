@@ -24,7 +24,7 @@ from contextvars import ContextVar
 import torch
 from torch._subclasses.fake_tensor import is_fake
 
-from .formats import FP8_DTYPES as FP8_FORMATS, MXFP4_BLOCK, PAGE_ROWS
+from .formats import FMTS, FP8_DTYPES as FP8_FORMATS, MXFP4_BLOCK, PAGE_ROWS, row_bytes
 
 FLOAT_DTYPES = (torch.bfloat16, torch.float16, torch.float32)
 FP8_DTYPES = (torch.float8_e4m3fn, torch.float8_e4m3fnuz)
@@ -60,11 +60,12 @@ def can_read(requested, *tensors) -> bool:
     if not (values_enabled() if requested is None else requested):
         return False
     for t in tensors:
-        if is_fake(t) or t.device.type == "meta":
+        # plain tensors first: is_fake costs ~2 us a call, and a plain non-functional tensor is never fake
+        if not (type(t) is torch.Tensor and not torch._is_functional_tensor(t)) and is_fake(t):
             return False
-        if t.is_cuda and torch.cuda.is_current_stream_capturing():
+        if t.device.type == "meta":
             return False
-    return True
+    return not (any(t.is_cuda for t in tensors) and torch.cuda.is_current_stream_capturing())
 
 
 def tensor(x, name: str) -> torch.Tensor:
@@ -250,7 +251,6 @@ FP8_FLAVORS = tuple(FP8_FORMATS)
 
 
 def fmt_arg(fmt, fp8_flavor) -> None:
-    from .formats import FMTS
     if fmt not in FMTS:
         raise ValueError(f"fmt must be one of {FMTS}, got {fmt!r}")
     if fp8_flavor not in FP8_FLAVORS:
@@ -262,7 +262,6 @@ def paged_cache(kv_cache, block_table, context_lens, fmt, fp8_flavor, head_dim_:
     """Validate a paged key cache and its block table; returns num_pages, max_pages, B, D.
 
     ``head_dim_`` None derives D from the row size (``paged_gather``)."""
-    from .formats import row_bytes
     fmt_arg(fmt, fp8_flavor)
     kv_cache = tensor(kv_cache, "kv_cache")
     block_table = tensor(block_table, "block_table")

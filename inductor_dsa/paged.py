@@ -46,13 +46,20 @@ def _values(check_values, kv_cache, block_table, context_lens) -> None:
         checks.paged_values(kv_cache, block_table, context_lens)
 
 
+def _checked(check_values, q, q_scale, kv_cache, weights, block_table, context_lens, fmt, fp8_flavor) -> None:
+    """Metadata checks, then the value checks, when the value checks are on or while tracing (errors
+    at compile time). Otherwise the op's own metadata checks are the only ones (once, not twice)."""
+    if torch.compiler.is_compiling() or (checks.values_enabled() if check_values is None else check_values):
+        checks.paged(q, q_scale, kv_cache, weights, block_table, context_lens, fmt, fp8_flavor)
+        _values(check_values, kv_cache, block_table, context_lens)
+
+
 def paged_indexer_logits(q, kv_cache, weights, block_table, context_lens, *, fmt="mxfp4", fp8_flavor="fn",
                          check_values=None) -> torch.Tensor:
     """fp32 [B, N, max_len] indexer logits, max_len = block_table.shape[1] * 64; columns
     j >= context_lens[b] are -inf. (A dense output; use ``paged_indexer_topk`` to never build it.)"""
     q, q_scale = _split_q(q)
-    checks.paged(q, q_scale, kv_cache, weights, block_table, context_lens, fmt, fp8_flavor)
-    _values(check_values, kv_cache, block_table, context_lens)
+    _checked(check_values, q, q_scale, kv_cache, weights, block_table, context_lens, fmt, fp8_flavor)
     return ops.paged_indexer_logits(q, q_scale, kv_cache, weights, block_table, context_lens, fmt, fp8_flavor)
 
 
@@ -67,8 +74,7 @@ def paged_indexer_topk(q, kv_cache, weights, block_table, context_lens, topk, *,
     (kernels/paged_indexer.py). topk > 2048 falls back to the logits kernel plus a device sort."""
     topk = checks.topk_arg(topk)
     q, q_scale = _split_q(q)
-    checks.paged(q, q_scale, kv_cache, weights, block_table, context_lens, fmt, fp8_flavor)
-    _values(check_values, kv_cache, block_table, context_lens)
+    _checked(check_values, q, q_scale, kv_cache, weights, block_table, context_lens, fmt, fp8_flavor)
     return ops.paged_indexer_topk(q, q_scale, kv_cache, weights, block_table, context_lens, topk, fmt, fp8_flavor)
 
 

@@ -6,13 +6,13 @@ the histogram is zeroed by a captured memset).
 """
 from __future__ import annotations
 
-import contextlib
 from dataclasses import dataclass
 
 import torch
 import triton.language as tl
 
 from . import configs
+from .fastlaunch import Arg, Launch
 from .host import cdiv, next_pow2
 from ..formats import PAGE_ROWS
 from .indexer import FMT_MXFP4, FMT_TENSOR
@@ -74,22 +74,19 @@ def _dot_dtype(target: str):
     return tl.float32 if target == "interpreter" else tl.bfloat16
 
 
-def _common(q, q_scale, weights, kv_cache, block_table, fmt, fp8_flavor, target, cfg):
-    """Kernel arguments shared by the logits and top-k kernels, plus (B, N, G, NT)."""
-    b, n, h = q.shape[:3]
-    mx = q_scale is not None
-    qd = q.reshape(b * n, h, q.shape[3]).contiguous()
-    qx = q_scale.reshape(b * n, h, q_scale.shape[3]).contiguous() if mx else qd
-    w = weights.reshape(b * n, h).contiguous()
-    d = q.shape[3] * (2 if mx else 1)
+def _score_args(q_shape, mx: bool, kv_cache, block_table_shape, fmt, fp8_flavor, target, cfg, aligned4: bool):
+    """Arguments of ``paged_scores_kernel`` fixed by shapes (tensors as ``Arg`` placeholders: q, qx,
+    w, kv, block_table, context_lens), plus (B, N, G)."""
+    b, n, h = q_shape[:3]
+    d = q_shape[3] * (2 if mx else 1)
     hp, nt, g = tiles(n, h, cfg.rows)
     k_fmt, fnuz, fp8_dtype = _kv_format(fmt, fp8_flavor, target)
-    args = dict(q=qd, qx=qx, w=w, kv=kv_cache, block_table=block_table.contiguous(),
-                N=n, H=h, G=g, max_pages=block_table.shape[1], num_pages=kv_cache.shape[0],
-                skv=kv_cache.stride(0),
+    args = dict(q=Arg("q"), qx=Arg("qx"), w=Arg("w"), kv=Arg("kv"), block_table=Arg("block_table"),
+                context_lens=Arg("context_lens"), N=n, H=h, G=g, max_pages=block_table_shape[1],
+                num_pages=kv_cache.shape[0], skv=kv_cache.stride(0),
                 Q_FMT=(FMT_MXFP4 if mx else FMT_TENSOR).value, K_FMT=k_fmt, FNUZ=fnuz, FP8_DTYPE=fp8_dtype,
                 DOT_DTYPE=_dot_dtype(target), DEC_DTYPE=configs.decode_dtype(target), D=d, HP=hp, NT=nt,
-                ALIGNED=fmt != "mxfp4" or (kv_cache.data_ptr() % 4 == 0 and kv_cache.stride(0) % 4 == 0))
+                BN=cfg.bn, ALIGNED=fmt != "mxfp4" or aligned4)
     return args, b, n, g
 
 
@@ -98,84 +95,159 @@ def _check_cfg(cfg: configs.PagedConfig) -> None:
         raise ValueError(f"PagedConfig.bn must divide {PAGE_ROWS} and be >= 16, got {cfg.bn}")
 
 
-def paged_logits(q, q_scale, kv_cache, weights, block_table, context_lens, fmt, fp8_flavor):
-    context_lens = context_lens.contiguous()  # the kernels index it as a dense [B]
-    target = configs.target_for(q.device)
+_PLANS: dict = {}
+PLANS_MAX = 1024  # cached launch plans (all dropped when full)
+
+
+def _plan(key, build):
+    """The cached plan of ``key`` (built by ``build()`` on a miss)."""
+    plan = _PLANS.get(key)
+    if plan is None:
+        if len(_PLANS) >= PLANS_MAX:
+            _PLANS.clear()
+        plan = _PLANS[key] = build()
+    return plan
+
+
+def _inputs(q, q_scale, kv_cache, weights, block_table, context_lens):
+    """(env of the kernels' input tensors, dense; the plan-key part they fix): shapes, dtypes,
+    the cache's page stride, the device, every pointer's address mod 16 (Triton specialises on
+    16-byte alignment; ``ALIGNED`` reads the cache's mod 4)."""
+    q, w, bt, ctx = q.contiguous(), weights.contiguous(), block_table.contiguous(), context_lens.contiguous()
+    qx = q if q_scale is None else q_scale.contiguous()
+    env = dict(q=q, qx=qx, w=w, kv=kv_cache, block_table=bt, context_lens=ctx)
+    key = (q.shape, q.dtype, q_scale is None, w.dtype, kv_cache.shape, kv_cache.stride(0), bt.shape, q.device,
+           q.data_ptr() % 16, qx.data_ptr() % 16, w.data_ptr() % 16, kv_cache.data_ptr() % 16,
+           bt.data_ptr() % 16, ctx.data_ptr() % 16)
+    return env, key
+
+
+def _config(device):
+    target = configs.target_for(device)
     cfg = configs.PAGED[target]
     _check_cfg(cfg)
-    args, b, n, g = _common(q, q_scale, weights, kv_cache, block_table, fmt, fp8_flavor, target, cfg)
+    return target, cfg
+
+
+def paged_logits(q, q_scale, kv_cache, weights, block_table, context_lens, fmt, fp8_flavor):
+    env, key = _inputs(q, q_scale, kv_cache, weights, block_table, context_lens)
+    target, cfg = _config(q.device)
+    b, n = q.shape[:2]
     max_len = block_table.shape[1] * PAGE_ROWS
     out = torch.empty((b, n, max_len), dtype=torch.float32, device=q.device)
     if b == 0 or n == 0 or max_len == 0:
         return out
-    lc = cdiv(cfg.logits_rows, cfg.bn) * cfg.bn
-    s = cdiv(max_len, lc)
-    paged_scores_kernel[(b * g * s,)](
-        context_lens=context_lens, dst=out, S=s, C=lc, it0=0, n_items=b * g * s, BN=cfg.bn, TO_WS=False,
-        **args, **configs.launch_options(cfg, target))
+
+    def build():
+        args, b, n, g = _score_args(q.shape, q_scale is not None, kv_cache, block_table.shape, fmt, fp8_flavor,
+                                    target, cfg, key[11] % 4 == 0 and kv_cache.stride(0) % 4 == 0)
+        lc = cdiv(cfg.logits_rows, cfg.bn) * cfg.bn
+        s = cdiv(max_len, lc)
+        return cfg, Launch(paged_scores_kernel, (b * g * s,), configs.launch_options(cfg, target),
+                           dst=Arg("dst"), S=s, C=lc, it0=0, n_items=b * g * s, TO_WS=False, **args)
+
+    _, launch = _plan(("logits", key, fmt, fp8_flavor, id(cfg)), build)
+    env["dst"] = out
+    launch(env)
     return out
+
+
+@dataclass(frozen=True)
+class TopkPlan:
+    """Everything a paged top-k call computes from its plan key: buffer layout and launches."""
+    cfg: configs.PagedConfig  # held: its id() is part of the key
+    split: SplitPlan
+    programs: int             # programs per wave = workspace slots
+    words: int                # one fp32/int32 workspace buffer of this many 4-byte words ...
+    offsets: dict             # ... holding these regions (name -> (word offset, words))
+    launches: tuple
+
+
+def _align(words: int) -> int:
+    return cdiv(words, 64) * 64  # 256-byte aligned regions: 16-byte aligned pointers, as Triton assumed
+
+
+def _topk_plan(q, q_scale, kv_cache, block_table, topk, fmt, fp8_flavor, programs, target, cfg, aligned4):
+    args, b, n, g = _score_args(q.shape, q_scale is not None, kv_cache, block_table.shape, fmt, fp8_flavor,
+                                target, cfg, aligned4)
+    max_pages = block_table.shape[1]
+    nprog_max = programs or configs.wave_programs(q.device, cfg.progs_per_sm)
+    plan = split_plan(b, g, max_pages * PAGE_ROWS, topk, cfg, nprog_max)
+    items = b * g * plan.splits
+    nprog = max(1, min(items, nprog_max))
+    nt, rows = args["NT"], b * n
+    split = plan.splits > 1
+    listed = rows * plan.splits * plan.kp if split else 0  # entries of one partial-list array
+    # the score workspace is dead after the last wave: the final merge's candidates reuse it
+    regions = dict(ws=max(nprog * nt * plan.chunk, _align(listed) + listed))
+    if split:
+        regions.update(part_v=listed, part_i=listed, hist=rows * HIST_BINS.value, cnt=rows * plan.splits)
+    offsets, words = {}, 0
+    for name, size in regions.items():
+        offsets[name] = (words, size)
+        words += _align(size)
+    opts = configs.launch_options(cfg, target)
+    kp_p2 = next_pow2(plan.kp)
+    launches = []
+    for it0 in range(0, items, nprog):
+        wave = min(nprog, items - it0)
+        launches.append(Launch(paged_scores_kernel, (wave,), opts, dst=Arg("ws"), S=plan.splits, C=plan.chunk,
+                               it0=it0, n_items=items, TO_WS=True, **args))
+        launches.append(Launch(
+            paged_select_kernel, (wave * nt,), dict(num_warps=cfg.merge_warps), ws=Arg("ws"),
+            context_lens=Arg("context_lens"), part_v=Arg("part_v" if split else "out_v"),
+            part_i=Arg("part_i" if split else "out_i"), hist=Arg("hist" if split else "out_i"), N=n, G=g,
+            S=plan.splits, C=plan.chunk, it0=it0, n_items=items, max_pages=max_pages, NT=nt, KP=plan.kp,
+            KP_P2=kp_p2, CH=cfg.ch, SPLIT=split, BITS=cfg.bits))
+    if split:
+        launches.append(Launch(
+            paged_filter_kernel, (rows * plan.splits,), dict(num_warps=cfg.merge_warps), part_v=Arg("part_v"),
+            part_i=Arg("part_i"), hist=Arg("hist"), cnt=Arg("cnt"), context_lens=Arg("context_lens"), N=n,
+            S=plan.splits, C=plan.chunk, max_pages=max_pages, TOPK=topk, KP=plan.kp, KP_P2=kp_p2))
+        s_p2 = next_pow2(plan.splits)
+        launches.append(Launch(
+            paged_final_kernel, (rows,), dict(num_warps=cfg.final_warps), part_v=Arg("part_v"),
+            part_i=Arg("part_i"), cnt=Arg("cnt"), cand_v=Arg("ws"), cand_i=Arg("cand_i"), out_v=Arg("out_v"),
+            out_i=Arg("out_i"), S=plan.splits, KP=plan.kp, TOPK=topk, TOPK_P2=next_pow2(topk), CH=cfg.ch,
+            S_P2=s_p2, WC=max(1, FINAL_TILE // s_p2), BITS=cfg.bits))
+        offsets["cand_i"] = (_align(listed), listed)  # inside ws
+    return TopkPlan(cfg, plan, nprog, words, offsets, tuple(launches))
 
 
 def paged_topk(q, q_scale, kv_cache, weights, block_table, context_lens, topk, fmt, fp8_flavor,
                programs: int | None = None, stats: dict | None = None):
     """Fused paged top-k (see kernels/paged_indexer.py). ``programs`` overrides the programs per wave;
-    ``stats`` (tests, benchmarks) receives the split plan and the per-list candidate counts."""
-    context_lens = context_lens.contiguous()  # the kernels index it as a dense [B]
-    target = configs.target_for(q.device)
-    cfg = configs.PAGED[target]
-    _check_cfg(cfg)
-    args, b, n, g = _common(q, q_scale, weights, kv_cache, block_table, fmt, fp8_flavor, target, cfg)
+    ``stats`` (tests, benchmarks) receives the split plan and the per-list candidate counts.
+
+    Per call: a plan lookup (cached by shapes, dtypes, alignments, device, config), three
+    allocations (outputs, one workspace buffer), a histogram memset when split, 2-4 launches."""
+    env, key = _inputs(q, q_scale, kv_cache, weights, block_table, context_lens)
+    target, cfg = _config(q.device)
     dev = q.device
+    b, n = q.shape[:2]
     out_v = torch.empty((b, n, topk), dtype=torch.float32, device=dev)
     out_i = torch.empty((b, n, topk), dtype=torch.int32, device=dev)
-    max_len = block_table.shape[1] * PAGE_ROWS
     if b == 0 or n == 0:
         return out_v, out_i
-    if max_len == 0:
+    if block_table.shape[1] == 0:
         return out_v.fill_(float("-inf")), out_i.fill_(-1)
-    nprog_max = programs or configs.wave_programs(dev, cfg.progs_per_sm)
-    plan = split_plan(b, g, max_len, topk, cfg, nprog_max)
-    items = b * g * plan.splits
-    nprog = max(1, min(items, nprog_max))  # programs per wave = workspace slots
-    nt, rows = args["NT"], b * n
-    split = plan.splits > 1
-    listed = rows * plan.splits * plan.kp if split else 0  # entries of one partial-list array
-    # the score workspace is dead after the last wave: the final merge's candidate copy reuses it
-    ws_all = torch.empty(max(nprog * nt * plan.chunk, 2 * listed), dtype=torch.float32, device=dev)
-    ws = ws_all[:nprog * nt * plan.chunk].view(nprog, -1)
+    plan = _plan(("topk", key, topk, fmt, fp8_flavor, programs, id(cfg)),
+                 lambda: _topk_plan(q, q_scale, kv_cache, block_table, topk, fmt, fp8_flavor, programs, target, cfg,
+                                    key[11] % 4 == 0 and kv_cache.stride(0) % 4 == 0))
+    buf = torch.empty(plan.words, dtype=torch.float32, device=dev)
+    env.update(out_v=out_v, out_i=out_i, ws=buf)
+    if plan.split.splits > 1:
+        ints = buf.view(torch.int32)
+        for name in ("part_v", "part_i", "hist", "cnt", "cand_i"):
+            at, size = plan.offsets[name]
+            env[name] = (buf if name == "part_v" else ints).narrow(0, at, size)
+        env["hist"].zero_()
+    for launch in plan.launches:
+        launch(env)
     if stats is not None:
-        stats.update(plan=plan, programs=nprog)
-    if split:
-        part_v = torch.empty((rows, plan.splits, plan.kp), dtype=torch.float32, device=dev)
-        part_i = torch.empty((rows, plan.splits, plan.kp), dtype=torch.int32, device=dev)
-        hist = torch.zeros((rows, HIST_BINS.value), dtype=torch.int32, device=dev)
-    else:
-        part_v, part_i, hist = out_v, out_i, out_i
-    kp_p2 = next_pow2(plan.kp)
-    for it0 in range(0, items, nprog):
-        wave = min(nprog, items - it0)
-        paged_scores_kernel[(wave,)](
-            context_lens=context_lens, dst=ws, S=plan.splits, C=plan.chunk, it0=it0, n_items=items,
-            BN=cfg.bn, TO_WS=True, **args, **configs.launch_options(cfg, target))
-        paged_select_kernel[(wave * nt,)](
-            ws, context_lens, part_v, part_i, hist, n, g, plan.splits, plan.chunk, it0, items,
-            block_table.shape[1], NT=nt, KP=plan.kp, KP_P2=kp_p2, CH=cfg.ch, SPLIT=split, BITS=cfg.bits,
-            num_warps=cfg.merge_warps)
-    if not split:
-        return out_v, out_i
-    cnt = torch.empty((rows, plan.splits), dtype=torch.int32, device=dev)
-    paged_filter_kernel[(rows * plan.splits,)](
-        part_v, part_i, hist, cnt, context_lens, n, plan.splits, plan.chunk, block_table.shape[1], topk,
-        KP=plan.kp, KP_P2=kp_p2, num_warps=cfg.merge_warps)
-    if stats is not None:
-        stats.update(candidates=cnt)
-    cand_v = ws_all[:listed].view(part_v.shape)
-    cand_i = ws_all[listed:2 * listed].view(torch.int32).view(part_i.shape)
-    s_p2 = next_pow2(plan.splits)
-    paged_final_kernel[(rows,)](
-        part_v, part_i, cnt, cand_v, cand_i, out_v, out_i, plan.splits,
-        KP=plan.kp, TOPK=topk, TOPK_P2=next_pow2(topk), CH=cfg.ch,
-        S_P2=s_p2, WC=max(1, FINAL_TILE // s_p2), BITS=cfg.bits, num_warps=cfg.final_warps)
+        stats.update(plan=plan.split, programs=plan.programs)
+        if plan.split.splits > 1:
+            stats.update(candidates=env["cnt"].view(b * n, plan.split.splits))
     return out_v, out_i
 
 
@@ -202,12 +274,22 @@ def paged_check(kv_cache, block_table, context_lens) -> tuple[int, int]:
     """(requests whose context_lens lie outside [0, max_len], block-table entries used by a
     context that lie outside [0, num_pages)): one launch, one device-to-host copy (a sync)."""
     b, max_pages = block_table.shape
-    bad = torch.zeros(2, dtype=torch.int32, device=block_table.device)
+    dev = block_table.device
+    bad = torch.zeros(2, dtype=torch.int32, device=dev)
+    key = ("check", block_table.shape, block_table.stride(), context_lens.stride(0), kv_cache.shape[0], dev,
+           block_table.data_ptr() % 16, context_lens.data_ptr() % 16)
+    launch = _plan(key, lambda: Launch(
+        paged_check_kernel, (b,), dict(num_warps=4), block_table=Arg("block_table"), context_lens=Arg("context_lens"),
+        bad=Arg("bad"), sbt=block_table.stride(0), sbp=block_table.stride(1), sctx=context_lens.stride(0),
+        max_len=max_pages * PAGE_ROWS, num_pages=kv_cache.shape[0], BLOCK=CHECK_PAGES))
+    env = dict(block_table=block_table, context_lens=context_lens, bad=bad)
     # Triton launches on the current device; the public functions call this outside the ops'
     # switch to the inputs' GPU (tests/test_devices.py)
-    with torch.cuda.device(bad.device) if bad.is_cuda else contextlib.nullcontext():
-        paged_check_kernel[(b,)](block_table, context_lens, bad, *block_table.stride(), context_lens.stride(0),
-                                 max_pages * PAGE_ROWS, kv_cache.shape[0], BLOCK=CHECK_PAGES)
+    if bad.is_cuda and dev.index != torch.cuda.current_device():
+        with torch.cuda.device(dev):
+            launch(env)
+    else:
+        launch(env)
     return tuple(bad.tolist())
 
 

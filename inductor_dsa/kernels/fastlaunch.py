@@ -1,0 +1,74 @@
+"""Planned Triton launches: ``kernel[grid](...)`` once per launch plan, then its compiled kernel directly.
+
+``JITFunction.run`` re-derives, on every call, what the compiled kernel depends on (argument
+types, 16-byte alignment of pointers and ints, ints equal to 1, constexprs, options) and hashes
+it into a cache key: 12 us (2 args) to 26 us (30 args) of host time per launch on the H200's
+host, most of a batch-1 decode call (docs/design.md "Host overhead"). A launcher whose plan is
+cached by a key that already fixes all of that (the inputs' shapes, strides, dtypes, pointer
+alignments and device: every int argument and constexpr is derived from them, and fresh
+workspaces come 512-byte aligned from the caching allocator) holds a ``Launch`` per kernel call
+of the plan: the first call goes through Triton and keeps the compiled kernel it returns, later
+calls invoke that kernel's launcher with the same positional arguments Triton passes
+(``CompiledKernel.run(gx, gy, gz, stream, function, packed_metadata, metadata, enter, exit, *args)``,
+triton 3.4-3.7). Same kernel, same arguments, same stream: results are unchanged and the launch
+stays CUDA-graph capturable. Under the interpreter, with a launch hook installed (profilers), or
+with ``INDUCTOR_DSA_FAST_LAUNCH=0``, every call is ``kernel[grid](...)``.
+"""
+from __future__ import annotations
+
+import os
+
+from triton import knobs
+from triton.runtime.driver import driver
+
+from . import configs
+
+FAST_ENV = "INDUCTOR_DSA_FAST_LAUNCH"
+
+
+def _fast_allowed() -> bool:
+    return not configs.interpreting() and os.environ.get(FAST_ENV, "1") != "0"
+
+
+def _hooked() -> bool:
+    """A launch hook is installed (None, or an empty HookChain, when not): such calls go through Triton."""
+    return any(h is not None and bool(getattr(h, "calls", True))
+               for h in (knobs.runtime.launch_enter_hook, knobs.runtime.launch_exit_hook))
+
+
+class Arg:
+    """Placeholder of a per-call tensor in ``Launch(...)``: ``env[name]`` at call time."""
+    __slots__ = ("name",)
+
+    def __init__(self, name: str):
+        self.name = name
+
+
+class Launch:
+    """``fn[grid](*args, **options)`` with ``args`` (every parameter of fn by name, constexprs
+    included) fixed except the ``Arg`` placeholders, filled per call from ``env``."""
+    __slots__ = ("fn", "grid", "args", "slots", "options", "compiled")
+
+    def __init__(self, fn, grid, options: dict, **args):
+        names = fn.arg_names
+        missing = set(names) ^ set(args)
+        if missing:
+            raise TypeError(f"{fn.__name__}: arguments {sorted(missing)} missing or unknown")
+        self.fn, self.options, self.compiled = fn, options, None
+        self.grid = tuple(grid) + (1,) * (3 - len(grid))
+        self.args = [args[a] for a in names]
+        self.slots = tuple((i, v.name) for i, v in enumerate(self.args) if isinstance(v, Arg))
+
+    def __call__(self, env: dict) -> None:
+        a = self.args.copy()
+        for i, name in self.slots:
+            a[i] = env[name]
+        k = self.compiled
+        if k is not None and not _hooked():
+            drv = driver.active
+            stream = drv.get_current_stream(drv.get_current_device())
+            k.run(*self.grid, stream, k.function, k.packed_metadata, None, None, None, *a)
+            return
+        k = self.fn[self.grid](*a, **self.options)
+        if k is not None and _fast_allowed() and hasattr(k, "packed_metadata"):
+            self.compiled = k
