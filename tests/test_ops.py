@@ -91,3 +91,39 @@ def test_ops_switch_to_the_inputs_gpu(monkeypatch):
         x = Input(dev)
         assert run(x, 7) == (x, 7)
         assert entered == want, dev
+
+
+class _Log(torch.utils._python_dispatch.TorchDispatchMode):
+    def __init__(self):
+        super().__init__()
+        self.ops = []
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        self.ops.append(str(func))
+        return func(*args, **(kwargs or {}))
+
+
+def test_plain_eager_calls_skip_the_dispatcher_and_nothing_else_does(gen, monkeypatch):
+    """A plain eager call runs the op's function directly (same result as through torch.ops);
+    under a dispatch mode, with a tensor that needs grad, or with a tensor subclass, the call
+    goes through the dispatcher (the mode sees the op; backward raises)."""
+    from inductor_dsa import ops
+    q, k, w, ks, ke = _args(gen)
+    args = (q, None, k, None, w, ks, ke, 4)
+    through = []
+    monkeypatch.setattr(ops.indexer_topk, "packet", lambda *a: through.append(1) or torch.ops.inductor_dsa.indexer_topk(*a))
+    direct = ops.indexer_topk(*args)
+    assert through == []
+    via = torch.ops.inductor_dsa.indexer_topk(*args)
+    assert all(torch.equal(a, b) for a, b in zip(direct, via))
+    with _Log() as log:
+        ops.indexer_topk(*args)
+    assert through == [1] and "inductor_dsa.indexer_topk.default" in log.ops
+    wg = w.float().requires_grad_()
+    vals, _ = ops.indexer_topk(q, None, k, None, wg, ks, ke, 4)
+    assert through == [1, 1]
+    with pytest.raises(RuntimeError, match="no backward"):
+        vals.sum().backward()
+    with torch.no_grad():
+        ops.indexer_topk(q, None, k, None, wg, ks, ke, 4)
+    assert through == [1, 1]
