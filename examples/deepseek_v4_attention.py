@@ -4,7 +4,7 @@
     python examples/deepseek_v4_attention.py --device cuda   # V4-Flash sizes: indexer H=64, D=128, top-512
     python examples/deepseek_v4_attention.py --device cuda --pro   # V4-Pro: 128 attention heads, top-1024
 
-Three layers, one of each V4 kind (DSA_SEMANTICS.md; our own code, written in the style of the
+Three layers, one of each V4 kind (docs/semantics.md; our own code, written in the style of the
 official reference, not copied from it):
   * CSA (compress ratio 4): learned gated pooling of every 4 KV rows + an indexer (q_idx from a
     linear, weights from a linear scaled by D**-0.5 * H**-0.5, einsum "bshd,btd->bsht", relu,

@@ -29,7 +29,7 @@ from .formats import FMTS, FP8_DTYPES as FP8_FORMATS, MXFP4_BLOCK, PAGE_ROWS, ro
 FLOAT_DTYPES = (torch.bfloat16, torch.float16, torch.float32)
 FP8_DTYPES = (torch.float8_e4m3fn, torch.float8_e4m3fnuz)
 INT_DTYPES = (torch.int32, torch.int64, torch.int16, torch.int8, torch.uint8)
-MAX_HEADS = 256
+from .limits import MAX_HEADS  # noqa: E402  (re-exported: checks.MAX_HEADS)
 VALUES_ENV = "INDUCTOR_DSA_CHECK_VALUES"
 _values_override: ContextVar = ContextVar("inductor_dsa_check_values", default=None)  # per thread / task
 

@@ -23,7 +23,7 @@ from torch import Tensor
 from . import checks, fallback, formats
 from .kernels import configs
 
-TOPK_FUSED_MAX = 2048  # larger top-k: logits kernel, then a device sort
+from .limits import TOPK_FUSED_MAX  # noqa: E402  (larger top-k: logits kernel, then a device sort)
 
 
 _LIB = torch.library.Library("inductor_dsa", "DEF")

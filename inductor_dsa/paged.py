@@ -2,7 +2,7 @@
 
     logits[b, n, j] = sum_h weights[b, n, h] * relu(q[b, n, h, :] . key_b[j, :])   for j < context_lens[b]
 
-The key cache is paged (DSA_SEMANTICS.md section 3, layout in ``inductor_dsa.formats``):
+The key cache is paged (docs/semantics.md, "Paged key cache"; layout in ``inductor_dsa.formats``):
 ``kv_cache`` uint8 [num_pages, 64 * row_bytes], a page = 64 rows of payload then their 64 scales:
 
     fmt="mxfp4": row = D/2 code bytes + D/32 E8M0 bytes   (D=128: 68 B)

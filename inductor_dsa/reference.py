@@ -161,7 +161,7 @@ def sparse_attention(q, kv, indices, sink=None, scale=None):
     return torch.einsum("bmhk,bmkd->bmhd", p, rows), lse
 
 
-# --- paged (decode) indexer: DSA_SEMANTICS.md section 3 -------------------------------------
+# --- paged (decode) indexer: docs/semantics.md, "Paged key cache" ----------------------------
 
 def paged_keys(kv_cache, block_table, context_lens, fmt="mxfp4", head_dim=128, fp8_flavor="fn"):
     """``fallback.paged_keys`` in float64: an out-of-range page id inside the context reads as an

@@ -1,4 +1,4 @@
-"""Eager spellings of DSA sparse attention (DSA_SEMANTICS.md section 4) for the graph-pass tests.
+"""Eager spellings of DSA sparse attention (docs/semantics.md, "Sparse attention") for the graph-pass tests.
 
 Every snippet gathers KV rows by top-k indices (-1 = empty slot), scores them against q,
 masks the empty slots with -inf, normalises with or without an attention sink, and

@@ -4,7 +4,7 @@ fallbacks and a V4-style Indexer decode branch (not copied from any of them).
 ``paged_indexer_decode`` (+ ``dequant_mxfp4_pages``) is the reference eager spelling, and
 ``PagedIndexer`` the official-style module: both are meant for reuse (GPU benchmarks compile
 them with ``inductor_dsa.backend`` and with the default backend). The cache layout is the one
-of DSA_SEMANTICS.md section 3: uint8 pages of 64 rows, a page = 64 rows of data, then 64 rows
+of docs/semantics.md, "Paged key cache": uint8 pages of 64 rows, a page = 64 rows of data, then 64 rows
 of scales (MXFP4: D/2 packed E2M1 bytes + D/32 E8M0 bytes; FP8: D e4m3 bytes + a 4-byte fp32).
 """
 from __future__ import annotations

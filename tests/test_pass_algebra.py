@@ -5,8 +5,9 @@ import torch
 from torch.fx.experimental.proxy_tensor import make_fx
 
 import pass_helpers  # noqa: F401  (puts this checkout first on sys.path)
-from inductor_dsa.patterns.algebra import Atoms, Leaf, Reject, Shapes, deps
-from inductor_dsa.patterns.interp import Interpreter
+from inductor_dsa.symbolic import Atoms, Leaf, Reject, Shapes, deps
+from inductor_dsa.patterns.forms import DSA_READS
+from inductor_dsa.symbolic import Interpreter
 
 
 def test_regroup_merges_and_splits_with_refinement():
@@ -37,7 +38,7 @@ def test_failed_handler_leaves_no_unification():
     identify a's index with b's (nothing that survives says they are the same)."""
     gm = make_fx(lambda a, b: (a.unsqueeze(1) > 0) * b)(torch.arange(4), torch.randn(4, 4))
     mul = next(n for n in gm.graph.nodes if n.target == torch.ops.aten.mul.Tensor)
-    I = Interpreter(gm.graph)
+    I = Interpreter(gm.graph, DSA_READS)
     tv = I.ev(mul)
     assert isinstance(tv.value, Leaf) and tv.value.node is mul
     assert len(deps(tv.value, I.A)) == 2

@@ -5,8 +5,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import pass_helpers  # noqa: F401  (puts this checkout first on sys.path)
-from inductor_dsa.patterns.algebra import Reject
-from inductor_dsa.patterns.masks import check_range, per_row_range
+from inductor_dsa.symbolic import Reject
+from inductor_dsa.symbolic.ranges import check_range, per_row_range
 
 row = sympy.Symbol("_i0", integer=True, nonnegative=True)
 col = sympy.Symbol("_i1", integer=True, nonnegative=True)

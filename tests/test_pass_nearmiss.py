@@ -13,8 +13,9 @@ from pass_corpus import CASES, NEAR_MISSES
 from pass_helpers import SnapshotPass, case_args, compile_run, first_tensor_outputs, pass_only_backend
 
 from inductor_dsa import lowering
-from inductor_dsa.lowering import graph_pass
-from inductor_dsa.patterns.algebra import Reject
+from inductor_dsa.lowering import indexer as indexer_lowering
+from inductor_dsa.symbolic import splice
+from inductor_dsa.symbolic import Reject
 
 
 ALL = NEAR_MISSES + ATTENTION_NEAR_MISSES
@@ -54,9 +55,9 @@ def test_late_failure_leaves_graph_untouched(stage, error, monkeypatch):
     def fail(*a, **k):
         raise error
     if stage == "trace":
-        monkeypatch.setattr(graph_pass, "_trace", fail)
+        monkeypatch.setattr(splice, "trace", fail)
     else:
-        monkeypatch.setattr(graph_pass.Replacement, "specialize", fail)
+        monkeypatch.setattr(indexer_lowering.Replacement, "specialize", fail)
     args = case_args(case, torch.float32)
     snap = SnapshotPass()
     out, counts = compile_run(case.fn, args, backend=pass_only_backend(snap))

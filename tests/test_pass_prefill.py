@@ -1,8 +1,9 @@
 """The prefill indexer corpus: every spelling must be swapped, and stay correct.
 
 Compiled through Inductor's compile_fx with the pass (code generation replaced by running
-the rewritten FX graph, see pass_helpers.pass_only_backend); tests/test_pass_e2e.py covers
-real code generation. On CPU the inductor_dsa ops run the float64 reference.
+the rewritten FX graph, see pass_helpers.pass_only_backend); the tests that compile with
+``inductor_dsa.backend`` (test_pass_dynamic.py, test_pass_api.py, test_pass_paged.py,
+test_pass_attention.py, test_integration.py) cover real code generation. On CPU the inductor_dsa ops run the float64 reference.
 """
 import contextlib
 

@@ -1,6 +1,6 @@
 """The replacement for a proven ``AttentionForm``: one ``inductor_dsa.sparse_attention`` call.
 
-Traced like the indexer's replacement (``replace.py``): operands are rearranged by their
+Traced like the indexer's replacement (``lowering/indexer.py``): operands are rearranged by their
 atoms to the op layout (q [B, M, H, D], kv [B, N, D], indices [B, M, topk], sink [H] fp32),
 the op runs in q's dtype (fp32 when the matched output or the operands are wider), and its
 [B, M, H, D] result is laid out, and cast, as the matched output. Where eager gives NaN for
@@ -13,9 +13,14 @@ import torch
 import torch.fx as fx
 
 from .. import ops  # noqa: F401  (registers torch.ops.inductor_dsa.*)
-from ..patterns.algebra import Atoms, Reject
-from ..patterns.attention import AttentionForm
-from .replace import _prod, arrange, sizer, sym_nodes
+from ..patterns.attention import READS, AttentionForm, read_attention, render
+from ..symbolic import Atoms, Interpreter, Reject, packet
+from ..symbolic.emit import arrange, prod, sizer, sym_nodes
+from ..symbolic import splice
+from . import report
+
+aten = torch.ops.aten
+PATTERN_ATTENTION = "sparse_attention"
 
 
 def op_dtype(form: AttentionForm) -> torch.dtype:
@@ -61,4 +66,28 @@ class AttentionReplacement:
         out = out.reshape([size(a) for a in order])
         target = [a for d in f.out_dims for a in d]
         out = out.permute([order.index(a) for a in target])
-        return out.reshape([_prod(size(a) for a in d) for d in f.out_dims])
+        return out.reshape([prod(size(a) for a in d) for d in f.out_dims])
+
+
+def output_chain_end(node):
+    """The last node of the single-user chain of layout ops and casts after ``node`` (slices,
+    expands and repeats stay with the user: they change which values exist)."""
+    while len(node.users) == 1:
+        (u,) = node.users
+        if (u.op != "call_function" or not READS.is_shape(packet(u)) or u.args[0] is not node
+                or packet(u) in (aten.slice, aten.expand, aten.repeat)):
+            break
+        node = u
+    return node
+
+
+def plan_attention(graph, node) -> splice.Plan:
+    """A bmm/mm with a gather upstream, planned as sparse attention (``NotCandidate``: not one)."""
+    interp = Interpreter(graph, READS, max_depth=24)
+    anchor = output_chain_end(node)
+    tv = interp.ev(anchor)
+    form = read_attention(tv, interp)
+    repl = AttentionReplacement(form, interp.A, graph)
+    swap = report.Swap(PATTERN_ATTENTION, "torch.ops.inductor_dsa.sparse_attention", report.source_line(node),
+                       render(form, interp.A, op_dtype(form)))
+    return splice.plan(anchor, repl, swap)

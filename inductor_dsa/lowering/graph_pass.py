@@ -21,37 +21,24 @@ Everything else is left exactly as it was.
 """
 from __future__ import annotations
 
-import contextlib
-import dataclasses
 import functools
 import hashlib
-import operator
 import os
-from dataclasses import dataclass
 from typing import Optional
 
 import torch
 import torch.fx as fx
 from torch._inductor.custom_graph_pass import CustomGraphPass
 
-from ..patterns.algebra import Reject, as_expr
-from ..patterns.attention import NotCandidate, read_attention
-from ..patterns.attention import render as render_attention
-from ..patterns.indexer import IndexerForm, Term, read_logits, render
-from ..patterns.interp import HANDLERS, SHAPE_OPS, Interpreter, packet
-from ..patterns.paged import read_paged, render_paged
+from ..patterns import indexer as indexer_pattern
+from ..patterns.attention import NotCandidate
+from ..symbolic import Reject, packet
+from ..symbolic import splice
 from . import report
-from .attention import AttentionReplacement, op_dtype
-from .paged import PagedReplacement
-from .replace import Replacement, TopkSpec
+from .attention import plan_attention
+from .indexer import plan_logits, plan_topk
 
 aten = torch.ops.aten
-PATTERN_TOPK = "indexer_topk"
-PATTERN_LOGITS = "indexer_logits"
-PATTERN_PAGED_TOPK = "paged_indexer_topk"
-PATTERN_PAGED_LOGITS = "paged_indexer_logits"
-PATTERN_TP_TOPK = "indexer_topk_all_reduce"
-PATTERN_ATTENTION = "sparse_attention"
 _CONTRACTIONS = (aten.bmm, aten.mm)
 _GATHERS = (aten.index, aten.gather, aten.index_select)
 _SEARCH = 48  # nodes walked when looking for a product near an anchor
@@ -62,10 +49,10 @@ _PACKAGE = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 @functools.lru_cache(maxsize=4)
 def source_hash(root: str = _PACKAGE) -> str:
-    """sha256 of every source file that decides what the pass does (patterns, lowering,
-    kernels, ops, fallback, checks), plus torch's version."""
+    """sha256 of every source file that decides what the pass does (symbolic, patterns,
+    lowering, kernels, ops, fallback, checks, limits), plus torch's version."""
     h = hashlib.sha256(torch.__version__.encode())
-    for sub in ("patterns", "lowering", "kernels", "."):
+    for sub in ("symbolic", "patterns", "lowering", "kernels", "."):
         d = os.path.join(root, sub)
         for name in sorted(os.listdir(d)):
             if name.endswith(".py"):
@@ -150,187 +137,7 @@ def _stack(node):
     return report.source_line(node)
 
 
-# ---- splice -------------------------------------------------------------------------------------
-def _trace(fn, args):
-    from torch._inductor.pattern_matcher import fwd_only
-    vals = [a.meta["val"] for a in args]
-    fake_mode = torch._guards.detect_fake_mode(vals)
-    ctx = fake_mode if fake_mode is not None else contextlib.nullcontext()
-    with ctx:
-        return fwd_only(fn, vals)
-
-
-def _splice(graph: fx.Graph, anchor: fx.Node, gm: fx.GraphModule, args):
-    env = {}
-    placeholders = [n for n in gm.graph.nodes if n.op == "placeholder"]
-    for ph, a in zip(placeholders, args):
-        env[ph] = a
-    bad = [n for n in gm.graph.nodes if n.op not in ("placeholder", "output", "call_function")]
-    if bad:
-        raise Reject(f"replacement produced a {bad[0].op} node")
-    outs = None
-    stack = anchor.meta.get("stack_trace")
-    with graph.inserting_before(anchor):
-        for n in gm.graph.nodes:
-            if n.op == "placeholder":
-                continue
-            if n.op == "output":
-                outs = fx.node.map_arg(n.args[0], lambda x: env[x])
-                continue
-            new = graph.node_copy(n, lambda x: env[x])
-            if stack and "stack_trace" not in new.meta:
-                new.meta["stack_trace"] = stack
-            env[n] = new
-    return outs
-
-
 # ---- matching -----------------------------------------------------------------------------------
-@dataclass
-class Plan:
-    """A proven match, traced and ready to splice: analysis done, graph not touched yet.
-    ``pre`` (tensor-parallel form): the local logits, spliced first."""
-    anchor: fx.Node
-    gm: fx.GraphModule
-    args: list
-    swap: report.Swap
-    pre: Optional["Plan"] = None
-
-
-def _plan_topk(graph, node) -> Optional[Plan]:
-    args = list(node.args) + [None] * (5 - len(node.args))
-    x, k = args[0], args[1] if args[1] is not None else node.kwargs.get("k")
-    dim = args[2] if args[2] is not None else node.kwargs.get("dim", -1)
-    largest = args[3] if args[3] is not None else node.kwargs.get("largest", True)
-    if not largest:
-        raise Reject("topk(largest=False) selects the smallest scores")
-    uses = set()
-    for u in node.users:
-        if u.op == "call_function" and u.target is operator.getitem and u.args[1] in (0, 1):
-            uses.add(u.args[1])
-        else:
-            raise Reject(f"the top-k result is used whole by {u.name}")
-    if not uses:
-        return None
-    interp = Interpreter(graph)
-    tv = interp.ev(x)
-    form = read_logits(tv, interp, key_dim=dim % len(tv.dims))
-    spec = TopkSpec(k, 0 in uses, 1 in uses)
-    kval = k.meta.get("val") if isinstance(k, fx.Node) else k
-    used = " and ".join(w for i, w in ((0, "values"), (1, "indices")) if i in uses)
-    if form.collective is not None:
-        return _plan_topk_tp(graph, node, form, interp, spec, (as_expr(kval), used))
-    note = "the logits are also used elsewhere: they stay computed there" if len(x.users) > 1 else ""
-    key = read_paged(interp, form)
-    pattern = PATTERN_TOPK if key is None else PATTERN_PAGED_TOPK
-    repl = (Replacement(form, interp.A, spec, graph) if key is None
-            else PagedReplacement(form, interp.A, key, spec, graph))
-    repl.specialize()
-    gm = _trace(repl, repl.args())
-    region = render(form, interp.A, pattern, (as_expr(kval), used))
-    swap = report.Swap(pattern, f"torch.ops.inductor_dsa.{pattern}", _stack(node),
-                       region if key is None else render_paged(region, key), note)
-    return Plan(node, gm, repl.args(), swap)
-
-
-def _plan_topk_tp(graph, node, form: IndexerForm, interp, spec: TopkSpec, topk_info) -> Plan:
-    """Tensor-parallel indexer: mask(all_reduce_sum(local head-sum)) -> topk.
-
-    The all_reduce input (this rank's partial scores) becomes ``indexer_logits`` over all keys,
-    in its own layout and dtype; the collective and its wait stay exactly as they were; the top-k
-    of the masked reduced scores becomes ``logits_topk`` over the mask's per-row ranges.
-    """
-    if read_paged(interp, form) is not None:
-        raise Reject("a paged (byte cache) key summed across ranks: not supported")
-    A = interp.A
-    coll = form.collective
-    local_node, local_dims = coll.x.origin, A.flat_dims(coll.x.origin_dims)
-    reduced = Term(coll.origin, A.flat_dims(coll.origin_dims), coll.origin.meta["val"].dtype)
-    every = {A.find(a) for a in form.rows + form.keys}
-    key_dim = None
-    for i, d in enumerate(local_dims):
-        if tuple(A.find(a) for a in d) == tuple(A.find(a) for a in form.keys):
-            key_dim = i
-    for dims in (local_dims, reduced.dims):
-        flat = [A.find(a) for d in dims for a in d]
-        if len(flat) != len(set(flat)) or set(flat) != every:
-            raise Reject("the all_reduce input is not indexed by exactly the rows and keys of the scores")
-    if key_dim is None:
-        raise Reject("the all_reduce input has no dim made of exactly the key index")
-    local = dataclasses.replace(form, out_dims=local_dims, key_dim=key_dim,
-                                out_dtype=local_node.meta["val"].dtype, fill=None, ranges=None,
-                                mask_leaves=(), additive=False, collective=None, key_symbol=None)
-    repl_l = Replacement(local, A, None, graph)
-    repl_t = Replacement(form, A, spec, graph, scores=reduced)
-    repl_l.specialize()
-    repl_t.specialize()
-    pre = Plan(local_node, _trace(repl_l, repl_l.args()), repl_l.args(), None)
-    swap = report.Swap(PATTERN_TP_TOPK, "torch.ops.inductor_dsa.indexer_logits + all_reduce (kept) + "
-                       "torch.ops.inductor_dsa.logits_topk", _stack(node),
-                       render(form, A, PATTERN_TP_TOPK, topk_info))
-    return Plan(node, _trace(repl_t, repl_t.args()), repl_t.args(), swap, pre)
-
-
-def _plan_logits(graph, node) -> Plan:
-    interp = Interpreter(graph)
-    tv = interp.ev(node)
-    if tv.dtype is None or not tv.dtype.is_floating_point:
-        raise Reject("not a floating-point tensor")
-    form = read_logits(tv, interp, key_dim=None)
-    if form.collective is not None:
-        raise Reject("logits summed across ranks: the local head-sum before the all_reduce is the match")
-    key = read_paged(interp, form)
-    pattern = PATTERN_LOGITS if key is None else PATTERN_PAGED_LOGITS
-    repl = (Replacement(form, interp.A, None, graph) if key is None
-            else PagedReplacement(form, interp.A, key, None, graph))
-    repl.specialize()
-    gm = _trace(repl, repl.args())
-    region = render(form, interp.A, pattern)
-    swap = report.Swap(pattern, f"torch.ops.inductor_dsa.{pattern}", _stack(node),
-                       region if key is None else render_paged(region, key))
-    return Plan(node, gm, repl.args(), swap)
-
-
-def _output_chain_end(node):
-    """The last node of the single-user chain of layout ops and casts after ``node`` (slices,
-    expands and repeats stay with the user: they change which values exist)."""
-    while len(node.users) == 1:
-        (u,) = node.users
-        if (u.op != "call_function" or packet(u) not in SHAPE_OPS or u.args[0] is not node
-                or packet(u) in (aten.slice, aten.expand, aten.repeat)):
-            break
-        node = u
-    return node
-
-
-def _plan_attention(graph, node) -> Plan:
-    interp = Interpreter(graph, max_depth=24)
-    anchor = _output_chain_end(node)
-    tv = interp.ev(anchor)
-    form = read_attention(tv, interp)
-    repl = AttentionReplacement(form, interp.A, graph)
-    repl.specialize()
-    gm = _trace(repl, repl.args())
-    swap = report.Swap(PATTERN_ATTENTION, "torch.ops.inductor_dsa.sparse_attention", _stack(node),
-                       render_attention(form, interp.A, op_dtype(form)))
-    return Plan(anchor, gm, repl.args(), swap)
-
-
-def _apply(graph, plan: Plan) -> None:
-    if plan.pre is not None:
-        _apply(graph, plan.pre)
-    node = plan.anchor
-    outs = _splice(graph, node, plan.gm, plan.args)
-    if _is(node, aten.topk):  # (values, indices) replace the getitems
-        outs = list(outs)
-        for u in list(node.users):
-            u.replace_all_uses_with(outs[u.args[1]])
-            graph.erase_node(u)
-        graph.erase_node(node)
-    else:
-        node.replace_all_uses_with(outs)
-    graph.eliminate_dead_code()
-
-
 def _strict() -> bool:
     return os.environ.get("INDUCTOR_DSA_STRICT", "0") not in ("", "0")
 
@@ -365,9 +172,9 @@ def run(graph: fx.Graph) -> int:
     for node in list(graph.nodes):
         if node._erased or not _is(node, aten.topk):
             continue
-        plan, why = _try(_plan_topk, graph, node)
+        plan, why = _try(plan_topk, graph, node)
         if plan is not None:
-            _apply(graph, plan)
+            splice.apply(graph, plan)
             report.record_swap(comp, plan.swap)
             swaps += 1
         elif why is not None and _upstream_has_product(node):
@@ -381,13 +188,13 @@ def run(graph: fx.Graph) -> int:
     for node in reversed(list(graph.nodes)):
         if node._erased or node not in cands or not node.users or node.op != "call_function":
             continue
-        if packet(node) not in HANDLERS:
+        if packet(node) not in indexer_pattern.READS:
             continue
         if any(_is(d, aten.topk) for d in _downstream(node, 16)):
             continue  # a top-k chain that did not match stays untouched as a whole
-        plan, why = _try(_plan_logits, graph, node)
+        plan, why = _try(plan_logits, graph, node)
         if plan is not None:
-            _apply(graph, plan)
+            splice.apply(graph, plan)
             report.record_swap(comp, plan.swap)
             swaps += 1
         else:
@@ -396,9 +203,9 @@ def run(graph: fx.Graph) -> int:
     for node in reversed(list(graph.nodes)):
         if node._erased or not _is(node, *_CONTRACTIONS) or not _upstream_has_product(node, 16, _GATHERS):
             continue
-        plan, why = _try(_plan_attention, graph, node)
+        plan, why = _try(plan_attention, graph, node)
         if plan is not None:
-            _apply(graph, plan)
+            splice.apply(graph, plan)
             report.record_swap(comp, plan.swap)
             swaps += 1
         elif why is not None:

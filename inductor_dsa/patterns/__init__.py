@@ -1,6 +1,7 @@
-"""Recognisers for DSA subgraphs in decomposed aten graphs.
+"""Recognisers: what a DSA indexer, a paged key and sparse attention *are*, proven on the values
+the symbolic engine (``inductor_dsa.symbolic``) reads from a graph.
 
-``algebra``: the index algebra (atoms, values); ``interp``: one handler per aten op (the
-spellings); ``masks``: the sympy proof that a mask is a per-row range; ``indexer``: the
-prefill indexer pattern (roles of q, k, weights, relu order, mask, top-k).
+``forms``: shared forms (operands, products and constants, masks, head limits, region text, the
+handler sets every recogniser reads with); ``indexer``: the weighted-ReLU indexer logits and their
+mask; ``paged``: a key decoded from a paged MXFP4/FP8 byte cache; ``attention``: sparse attention.
 """

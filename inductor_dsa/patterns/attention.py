@@ -23,12 +23,12 @@ from typing import Optional
 import sympy
 import torch
 
-from .. import checks
-from .algebra import (Add, Cast, Cat, Contract, Exp, Gather, Index, Max, Maximum, Mul, Recip, Reject,
-                      Leaf, Slice, Sum, Value, const_value, deps)
-from .indexer import (FLOAT_DTYPES, RegionNames, Term, _peel_masks, _split_consts, _sum_parts, dtype_name,
-                      factors, peel)
-from .interp import TV, Interpreter
+from ..symbolic import (TV, Add, Cast, Cat, Contract, Exp, Gather, Index, Interpreter, Leaf, Max, Maximum, Mul,
+                        Recip, Reject, Slice, Sum, Value, const_value, deps)
+from .forms import (DSA_READS, FLOAT_DTYPES, RegionNames, Term, check_heads, dtype_name, factors, peel, peel_masks,
+                    split_consts, sum_parts)
+
+READS = DSA_READS  # the handler sets sparse attention is read with
 
 
 class NotCandidate(Reject):
@@ -223,20 +223,20 @@ def read_attention(tv: TV, I: Interpreter) -> AttentionForm:
 
     scores, sink, empty = _softmax(P, I, J)
     J = _atoms(A, kappa)  # the concatenation spelling unifies the sliced slot index
-    s, conds, fills, _ = _peel_masks(scores)
+    s, conds, fills, _ = peel_masks(scores)
     if any(f != -math.inf for f in fills):
         bad = [f for f in fills if f != -math.inf][0]
         raise Reject(f"mask fill value {bad} is not -inf")
-    scale, rest = _split_consts(factors(s), "scores")
-    dots = [f for f in rest if _sum_parts(f) is not None]
+    scale, rest = split_consts(factors(s), "scores")
+    dots = [f for f in rest if sum_parts(f) is not None]
     extra = [f for f in rest if f not in dots]
     if len(dots) == 1 and extra and all(not f.origin_dims and isinstance(peel(f), Leaf) for f in extra):
         raise Reject("the scale is a run-time tensor (a Python float made an input by dynamic=True?): "
                      "the op needs a constant")
     if len(rest) != 1 or not dots:
         raise Reject("the scores are not scale * q . rows")
-    D, dfs = _sum_parts(rest[0])
-    c_dot, ops_ = _split_consts(dfs, "dot")
+    D, dfs = sum_parts(rest[0])
+    c_dot, ops_ = split_consts(dfs, "dot")
     scale *= c_dot
     ks = [f for f in ops_ if isinstance(_exact_peel(f), Gather)]
     if len(ops_) != 2 or len(ks) != 1:
@@ -299,22 +299,12 @@ def read_attention(tv: TV, I: Interpreter) -> AttentionForm:
             raise Reject(f"{what} dtype {t.dtype} is not bf16/fp16/fp32")
     if idx.dtype not in (torch.int32, torch.int64):
         raise Reject(f"indices dtype {idx.dtype} is not int32/int64")
-    Dn = sympy.Mul(*[A.size(a) for a in Dset])
-    Hn = sympy.Mul(*[A.size(a) for a in heads])
-    d_val, h_val = A.shapes.hint(Dn), A.shapes.hint(Hn)
-    if d_val is None or h_val is None:
-        raise Reject(f"head_dim {Dn} and heads {Hn} have no known value")
-    try:
-        checks.head_dim(d_val, "q")
-    except ValueError as e:
-        raise Reject(str(e)) from None
-    if not 1 <= h_val <= checks.MAX_HEADS:
-        raise Reject(f"{h_val} heads is outside [1, {checks.MAX_HEADS}]")
+    static = check_heads(A, Dset, heads)
     return AttentionForm(q=qt, kv=kvt, indices=idx, sink=sink_term, scale=float(scale), batch=batch,
                          rows=rows, heads=heads, head_dim=tuple(sorted(Dset)), keys=tuple(sorted(J)),
                          kv_rows=tuple(A.flat_dim(V.src_dims[V.axis])), out_dims=out_dims,
                          out_dtype=tv.dtype, empty=empty,
-                         static=[e for e in (Dn, Hn) if not e.is_Integer])
+                         static=static)
 
 
 def render(form: AttentionForm, A, op_dtype: torch.dtype) -> str:

@@ -8,7 +8,7 @@ Reads a node (a top-k input, or a logits tensor) and proves it computes
 where ``visible`` is a per-row range of j, ``fill`` is -inf or the scores' dtype's finfo.min, and
 ``w`` is a product of tensors/constants over (rows, h). Tensor-parallel form: the head sum covers this
 rank's heads and is summed across ranks (``all_reduce``, op sum) before the mask. Everything is checked on the index algebra
-of ``algebra.py``: which index each tensor depends on, which indices are summed, in which
+of the symbolic engine (``inductor_dsa.symbolic``): which index each tensor depends on, which indices are summed, in which
 order relu and the weights are applied. Any doubt raises ``Reject`` with the reason.
 """
 from __future__ import annotations
@@ -19,23 +19,13 @@ from typing import Optional
 
 import sympy
 import torch
-import torch.fx as fx
 
-from .. import checks
-from .algebra import (Add, AllReduce, Cast, Const, Contract, Index, Mul, Reject, Relu, Sum, Value,
-                      Where, const_value, deps, is_minus_inf_like)
-from .interp import TV, Interpreter
-from .masks import RowRange, per_row_range
+from ..symbolic import TV, AllReduce, Contract, Interpreter, Reject, Relu, Value, deps
+from ..symbolic.ranges import RowRange, per_row_range
+from .forms import (DSA_READS, FLOAT_DTYPES, RegionNames, Term, check_heads, dtype_name, factors,
+                    is_minus_inf_like, peel, peel_masks, split_consts, sum_parts, term_of)
 
-FLOAT_DTYPES = (torch.bfloat16, torch.float16, torch.float32)
-
-
-@dataclass
-class Term:
-    """A tensor to hand to the op: a graph node and the atoms of its dims."""
-    node: fx.Node
-    dims: tuple
-    dtype: torch.dtype
+READS = DSA_READS  # the handler sets the indexer is read with (a paged key reads bytes)
 
 
 @dataclass
@@ -63,72 +53,6 @@ class IndexerForm:
     collective: Optional[AllReduce] = None        # partial scores summed across ranks before the mask
 
 
-def peel(v: Value) -> Value:
-    while isinstance(v, Cast):
-        v = v.x
-    return v
-
-
-def factors(v: Value) -> list:
-    """Flatten a product (through float casts); constants stay as Const factors."""
-    p = peel(v)
-    if isinstance(p, Mul):
-        return [f for x in p.factors for f in factors(x)]
-    return [v]
-
-
-def _mask_term(m: Value):
-    """(visible, fill) for where(c, fill, 0) / where(c, 0, fill), else None."""
-    m = peel(m)
-    if not isinstance(m, Where):
-        return None
-    a, b = const_value(m.a), const_value(m.b)
-    if a is None or b is None:
-        return None
-    if b == 0 and a != 0:
-        return _negate(m.cond), a
-    if a == 0 and b != 0:
-        return m.cond, b
-    return None
-
-
-def _negate(c: Index) -> Index:
-    return Index(None if c.expr is None else sympy.Not(c.expr), is_bool=True, leaves=c.leaves)
-
-
-def _peel_masks(v: Value):
-    """(unmasked value, [visible conditions], [fills], additive count)."""
-    conds, fills, additive = [], [], 0
-    while True:
-        v = peel(v)
-        if isinstance(v, Where):
-            a, b = const_value(v.a), const_value(v.b)
-            if a is not None and b is None:
-                conds.append(_negate(v.cond))
-                fills.append(a)
-                v = v.b
-            elif b is not None and a is None:
-                conds.append(v.cond)
-                fills.append(b)
-                v = v.a
-            else:
-                raise Reject("where(...) is not a mask: it does not select between the scores and a constant")
-            continue
-        if isinstance(v, Add):
-            for m, other in ((v.b, v.a), (v.a, v.b)):
-                mt = _mask_term(m)
-                if mt is not None:
-                    conds.append(mt[0])
-                    fills.append(mt[1])
-                    additive += 1
-                    v = other
-                    break
-            else:
-                raise Reject("an addition to the scores that is not a where(mask, fill, 0) mask")
-            continue
-        return v, conds, fills, additive
-
-
 def _collective(v: Value):
     """(partial scores, the all-reduce) when ``v`` is a sum across ranks (tensor-parallel heads:
     each rank sums its own heads, then ``all_reduce``), else (v, None). Only a sum may be crossed:
@@ -141,52 +65,24 @@ def _collective(v: Value):
     return p.x, p
 
 
-def _sum_parts(v: Value):
-    """(heads atoms, factor list) of Sum(Mul(...)) or Contract(a, b)."""
-    v = peel(v)
-    if isinstance(v, Sum):
-        return v.atoms, factors(v.x)
-    if isinstance(v, Contract):
-        return v.atoms, factors(v.a) + factors(v.b)
-    return None
-
-
-def _split_consts(fs, what):
-    consts, rest = [], []
-    for f in fs:
-        c = const_value(f)
-        if c is not None:
-            consts.append(c)
-        else:
-            rest.append(f)
-    return math.prod(consts) if consts else 1.0, rest
-
-
-def _term(v: Value, I: Interpreter) -> Term:
-    node = v.origin
-    if node is None:
-        raise Reject("an operand is computed inside the product (not a tensor of the graph)")
-    return Term(node, I.A.flat_dims(v.origin_dims), node.meta["val"].dtype)
-
-
 def read_logits(tv: TV, I: Interpreter, key_dim: Optional[int] = None) -> IndexerForm:
     A = I.A
     out_dtype = tv.dtype
-    v, conds, fills, additive = _peel_masks(tv.value)
+    v, conds, fills, additive = peel_masks(tv.value)
     v, collective = _collective(v)
 
     # -- weighted head sum, possibly times per-row factors ---------------------------------
     post = []
-    parts = _sum_parts(v)
+    parts = sum_parts(v)
     if parts is None:
         fs = factors(v)
-        sums = [f for f in fs if _sum_parts(f) is not None]
+        sums = [f for f in fs if sum_parts(f) is not None]
         if len(sums) != 1:
             if isinstance(peel(v), Relu):
                 raise Reject("relu(q.k) is not summed over heads")
             raise Reject("no weighted sum over heads of relu(q.k)")
         post = [f for f in fs if f is not sums[0]]
-        parts = _sum_parts(sums[0])
+        parts = sum_parts(sums[0])
     heads, inner = parts
     relus = [f for f in inner if isinstance(peel(f), Relu)]
     if len(relus) != 1:
@@ -196,10 +92,10 @@ def read_logits(tv: TV, I: Interpreter, key_dim: Optional[int] = None) -> Indexe
 
     # -- relu(c * q.k), c > 0 -----------------------------------------------------------------
     pre = factors(peel(relus[0]).x)
-    dots = [f for f in pre if _sum_parts(f) is not None]
+    dots = [f for f in pre if sum_parts(f) is not None]
     if len(dots) != 1:
         raise Reject("relu is not applied to a q.k product")
-    c_pre, other = _split_consts([f for f in pre if f is not dots[0]], "relu")
+    c_pre, other = split_consts([f for f in pre if f is not dots[0]], "relu")
     if other:
         raise Reject("the relu input is scaled by a tensor of unknown sign (weights applied before relu?)")
     if not c_pre > 0:
@@ -210,13 +106,13 @@ def read_logits(tv: TV, I: Interpreter, key_dim: Optional[int] = None) -> Indexe
         c_dot = 1.0
     else:
         contract = dot.atoms
-        c_dot, ts = _split_consts(factors(dot.x), "dot")
+        c_dot, ts = split_consts(factors(dot.x), "dot")
         if len(ts) != 2:
             raise Reject("the q.k product does not have exactly two tensor operands")
         ta, tb = ts
     if not c_dot > 0:
         raise Reject(f"q.k is scaled by {c_dot} <= 0 before relu")
-    scale, wterms = _split_consts(weights, "weights")
+    scale, wterms = split_consts(weights, "weights")
     scale *= c_pre * c_dot
 
     # -- roles of the indices -------------------------------------------------------------------
@@ -278,26 +174,15 @@ def _assign(I, qv, kv, wterms, C, H, out_dims, key_dim) -> IndexerForm:
     batch = tuple(a for d in out_dims for a in d if a in dk and a in R)
     rows_out = tuple(a for i, d in enumerate(out_dims) if i != key_dim for a in d)
     rows = batch + tuple(a for a in rows_out if a not in batch)
-    qt, kt = _term(qv, I), _term(kv, I)
+    qt, kt = term_of(qv, A), term_of(kv, A)
     if qt.dtype not in FLOAT_DTYPES or kt.dtype != qt.dtype:
         raise Reject(f"q/k dtypes {qt.dtype}/{kt.dtype} are not one of bf16/fp16/fp32 (shared)")
     # head_dim and heads are compile-time constants of the kernels: symbolic ones (dynamic=True)
     # are specialised to their example values once the whole match is proven.
-    D = sympy.Mul(*[A.size(a) for a in C])
-    Hn = sympy.Mul(*[A.size(a) for a in H])
-    d_val, h_val = A.shapes.hint(D), A.shapes.hint(Hn)
-    if d_val is None or h_val is None:
-        raise Reject(f"head_dim {D} and heads {Hn} have no known value")
-    try:
-        checks.head_dim(d_val, "q")
-    except ValueError as e:
-        raise Reject(str(e)) from None
-    if not 1 <= h_val <= checks.MAX_HEADS:
-        raise Reject(f"{h_val} heads is outside [1, {checks.MAX_HEADS}]")
-    static = [e for e in (D, Hn) if not e.is_Integer]
+    static = check_heads(A, C, H)
     wts = []
     for w in wterms:
-        t = _term(w, I)
+        t = term_of(w, A)
         if not t.dtype.is_floating_point:
             raise Reject("weights are not floating point")
         wts.append(t)
@@ -358,42 +243,6 @@ def _attach_mask(I, form: IndexerForm, conds, fills, additive):
     form.fill = fills[0]
     form.additive = additive > 0
     form.mask_leaves = leaves
-
-
-class RegionNames:
-    """Role names for atoms (``prefix``+i, in order) and S0, S1, ... for size symbols: the
-    normalised text of a rewritten region, free of node names and generated code."""
-
-    def __init__(self, A, roles):
-        self.A, self.names, self.size_syms, self.tensors = A, {}, {}, {}
-        for prefix, atoms in roles:
-            for i, a in enumerate(atoms):
-                self.names[A.find(a)] = f"{prefix}{i}"
-
-    def expr(self, e) -> str:
-        A = self.A
-        e = A.resolve(sympy.sympify(e))
-        subs = {}
-        for s in sorted(e.free_symbols, key=lambda s: s.name):
-            if s.name.startswith("_i"):
-                subs[s] = sympy.Symbol(self.names.get(A.find(int(s.name[2:])), "_"))
-            else:
-                subs[s] = self.size_syms.setdefault(s, sympy.Symbol(f"S{len(self.size_syms)}"))
-        out = e.xreplace(subs)
-        for f in sorted({f.func for f in out.atoms(sympy.core.function.AppliedUndef)}, key=str):
-            out = out.replace(f, self.tensors.setdefault(f, sympy.Function(f"tensor{len(self.tensors)}")))
-        return str(out)
-
-    def dims(self, ds) -> str:
-        A = self.A
-        return "[" + ", ".join("*".join(self.names.get(A.find(a), "_") for a in d) or "1" for d in ds) + "]"
-
-    def atoms(self, xs) -> str:
-        return "(" + ", ".join(f"{self.names[self.A.find(a)]}={self.expr(self.A.size(a))}" for a in xs) + ")"
-
-
-def dtype_name(t) -> str:
-    return str(t).replace("torch.", "")
 
 
 def render(form: IndexerForm, A, op: str, topk=None) -> str:

@@ -1,7 +1,7 @@
 """The paged decode indexer: the key operand is decoded from a paged byte cache.
 
 ``read_logits`` (patterns/indexer.py) proves the weighted-ReLU chain with some key k[b, j, d].
-Here we prove that k is exactly the key the paged ops read (DSA_SEMANTICS.md section 3)::
+Here we prove that k is exactly the key the paged ops read (docs/semantics.md, "Paged key cache")::
 
     page  = block_table[b, j // 64],  r = j % 64,  cache bytes of a page row-major
     mxfp4: k[b, j, d] = E2M1[nibble(d % 2) of byte(page, A*r + d // 2)] * 2^(byte(page, 64*A + S*r + d // 32) - 127)
@@ -10,7 +10,7 @@ Here we prove that k is exactly the key the paged ops read (DSA_SEMANTICS.md sec
 with A, S = D/2, D/32 (nibble 0 = low, lower index), and that the mask is ``j < context_lens[b]``.
 
 The proof has two halves. Positions are symbolic: the interpreter reads the gather, slices and
-views as index expressions (``interp.substitute``), and every byte the key reads must be the
+views as index expressions (``symbolic.values.substitute``), and every byte the key reads must be the
 address above, shown by exact integer rewriting of floor/mod of mixed-radix indices
 (``_digits``). Values are exhaustive: the elementwise program between the bytes and k (LUT,
 shifts, masks, exp2/pow, casts, as the real aten ops) is run on every data byte, every scale
@@ -30,9 +30,9 @@ import torch.fx as fx
 from torch._subclasses.fake_tensor import unset_fake_temporarily
 
 from .. import formats
-from .algebra import Atoms, Cast, Elem, Reject, as_expr, run_prog
-from .indexer import IndexerForm, Term
-from .interp import Interpreter, packet
+from ..symbolic import Atoms, Cast, Elem, Interpreter, Reject, as_expr, packet, run_prog
+from .forms import Term
+from .indexer import IndexerForm
 
 aten = torch.ops.aten
 PAGE = formats.PAGE_ROWS
@@ -69,8 +69,8 @@ def _digits(num, m, A: Atoms):
             lo_max += int(c) % m
         elif c.is_Integer and int(c) % m == 0:
             hi += t
-        elif c.is_Integer and c > 0 and isinstance(rest, sympy.Symbol) and rest.name.startswith("_i"):
-            size = A.size(int(rest.name[2:]))
+        elif c.is_Integer and c > 0 and A.atom_of(rest) is not None:
+            size = A.size(A.atom_of(rest))
             if not size.is_Integer:
                 return None
             lo += t

@@ -26,7 +26,7 @@ from typing import Optional
 
 import sympy
 
-from .algebra import Reject
+from .shapes import Reject
 
 
 @dataclass
