@@ -12,7 +12,8 @@ from dataclasses import dataclass
 import torch
 import triton.language as tl
 
-from . import configs
+from . import autotune, configs
+from .autotune import bucket
 from .host import cdiv, next_pow2
 from ..formats import PAGE_ROWS
 from .indexer import FMT_MXFP4, FMT_TENSOR
@@ -98,10 +99,25 @@ def _check_cfg(cfg: configs.PagedConfig) -> None:
         raise ValueError(f"PagedConfig.bn must divide {PAGE_ROWS} and be >= 16, got {cfg.bn}")
 
 
+def _config(op: str, q, q_scale, block_table, fmt, fp8_flavor, run, *extra) -> configs.PagedConfig:
+    """The shipped config, or when tuning this bucket's winner: buckets of batch and table length."""
+    target = configs.target_for(q.device)
+    b, n, h, d = q.shape
+    key = (op, bucket(b), bucket(block_table.shape[1] * PAGE_ROWS), n, h, d, q_scale is not None, fmt, fp8_flavor,
+           *extra)
+    return autotune.pick("paged", target, q.device, configs.for_target(configs.PAGED, target), key, run)
+
+
 def paged_logits(q, q_scale, kv_cache, weights, block_table, context_lens, fmt, fp8_flavor):
     context_lens = context_lens.contiguous()  # the kernels index it as a dense [B]
+
+    def run(cfg):
+        return (_paged_logits(q, q_scale, kv_cache, weights, block_table, context_lens, fmt, fp8_flavor, cfg),)
+    return run(_config("logits", q, q_scale, block_table, fmt, fp8_flavor, run))[0]
+
+
+def _paged_logits(q, q_scale, kv_cache, weights, block_table, context_lens, fmt, fp8_flavor, cfg):
     target = configs.target_for(q.device)
-    cfg = configs.PAGED[target]
     _check_cfg(cfg)
     args, b, n, g = _common(q, q_scale, weights, kv_cache, block_table, fmt, fp8_flavor, target, cfg)
     max_len = block_table.shape[1] * PAGE_ROWS
@@ -121,8 +137,16 @@ def paged_topk(q, q_scale, kv_cache, weights, block_table, context_lens, topk, f
     """Fused paged top-k (see kernels/paged_indexer.py). ``programs`` overrides the programs per wave;
     ``stats`` (tests, benchmarks) receives the split plan and the per-list candidate counts."""
     context_lens = context_lens.contiguous()  # the kernels index it as a dense [B]
+
+    def run(cfg, stats=None):
+        return _paged_topk(q, q_scale, kv_cache, weights, block_table, context_lens, topk, fmt, fp8_flavor,
+                           programs, stats, cfg)
+    return run(_config("topk", q, q_scale, block_table, fmt, fp8_flavor, run, topk), stats)
+
+
+def _paged_topk(q, q_scale, kv_cache, weights, block_table, context_lens, topk, fmt, fp8_flavor, programs, stats,
+                cfg):
     target = configs.target_for(q.device)
-    cfg = configs.PAGED[target]
     _check_cfg(cfg)
     args, b, n, g = _common(q, q_scale, weights, kv_cache, block_table, fmt, fp8_flavor, target, cfg)
     dev = q.device
@@ -221,9 +245,8 @@ def _aligned(fn, sig, ints=("skv", "C")):
             for a, t in sig.items() if (t.startswith("*") or a in ints) and t != "constexpr"}
 
 
-def aot_variants(target: str, head_dim: int = 128, heads: int = 64):
-    """(name, kernel, signature, constexprs, options, attrs) of every shipped paged config for a target."""
-    cfg = configs.PAGED[target]
+def aot_variants(target: str, cfg: configs.PagedConfig, head_dim: int = 128, heads: int = 64):
+    """(name, kernel, signature, constexprs, options, attrs) of the paged kernels with ``cfg`` on a target."""
     opts = configs.launch_options(cfg, target)
     ptr = dict(q="*bf16", qx="*bf16", w="*bf16", kv="*u8", block_table="*i32", context_lens="*i32",
                dst="*fp32", ws="*fp32", part_v="*fp32", part_i="*i32", hist="*i32")
