@@ -82,16 +82,20 @@ class Choice:
     family: str
     target: str
     key: tuple
+    shipped: object
     config: object
     status: str                                # shipped (autotune off) | tuned | cached | shipped (capturing)
-    times: dict = field(default_factory=dict)  # candidate description -> ms
-    rejected: dict = field(default_factory=dict)  # candidate description -> why
+    times: dict = field(default_factory=dict)  # candidate (its difference from the shipped config) -> ms
+    rejected: dict = field(default_factory=dict)  # candidate -> why
+
+    @property
+    def winner(self) -> str:
+        return configs.describe(self.config, self.shipped)
 
     def __str__(self):
-        shipped = self.times and next(iter(self.times.values()))
-        s = f"{self.family}[{self.target}] {self.key}: {configs.describe(self.config)} ({self.status})"
-        if self.status == "tuned" and shipped:
-            s += f", {min(self.times.values()):.4g} ms vs shipped {shipped:.4g} ms"
+        s = f"{self.family}[{self.target}] {self.key}: {self.winner} ({self.status})"
+        if self.status == "tuned" and "shipped" in self.times:
+            s += f", {min(self.times.values()):.4g} ms vs shipped {self.times['shipped']:.4g} ms"
         return s + "".join(f"\n    rejected {c}: {why}" for c, why in self.rejected.items())
 
 
@@ -162,7 +166,7 @@ def pick(family: str, target: str, device: torch.device, default, key: tuple, ru
     the launch's output tensors) for each candidate."""
     if not enabled():
         if (family, target) not in _used:
-            _record(Choice(family, target, (), default, "shipped (autotune off)"), (family, target))
+            _record(Choice(family, target, (), default, default, "shipped (autotune off)"), (family, target))
         return default
     full = (family, target, key)
     cfg = _winners.get(full)
@@ -171,7 +175,7 @@ def pick(family: str, target: str, device: torch.device, default, key: tuple, ru
     cands = configs.candidates(family, target, default)
     choice = _load(family, target, device, key, cands)
     if choice is None and capturing():
-        _record(Choice(family, target, key, default, "shipped (capturing, not tuned)"), full)
+        _record(Choice(family, target, key, default, default, "shipped (capturing, not tuned)"), full)
         return default  # not remembered: the first call outside capture tunes
     if choice is None:
         choice = _tune(family, target, key, cands, run)
@@ -189,7 +193,7 @@ def _record(choice: Choice, slot) -> None:
 
 def _tune(family, target, key, cands, run) -> Choice:
     default = cands[0]
-    choice = Choice(family, target, key, default, "tuned")
+    choice = Choice(family, target, key, default, default, "tuned")
     ref = run(default)
     timed = []
     for cfg in cands:
@@ -234,7 +238,7 @@ def _load(family, target, device, key, cands):
             return None
         for cfg in cands:
             if dataclasses.asdict(cfg) == entry["config"]:
-                return Choice(family, target, key, cfg, "cached", times=dict(entry.get("times", {})))
+                return Choice(family, target, key, cands[0], cfg, "cached", times=dict(entry.get("times", {})))
         log.debug("autotune cache %s ignored: its config is not a current candidate", path)
     except FileNotFoundError:
         pass
