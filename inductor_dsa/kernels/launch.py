@@ -206,7 +206,7 @@ def select_aot_variants(target: str, sel: configs.SelectConfig, tokens: int = 40
         sig = {a: ("constexpr" if a in consts else pointers.get(a, "i32")) for a in select_kernel.arg_names}
         yield (f"indexer_select[topk={n}]", select_kernel, sig, consts, dict(num_warps=sel.num_warps),
                dict(row0=0, T=tokens, K=tokens, s_ws=tokens))
-    yield from select_launch.aot_variants(target, sel)
+    yield from select_launch.aot_variants(sel)
 
 
 # --- sparse attention -------------------------------------------------------------------------

@@ -68,7 +68,7 @@ def select(src, row0: int, rows: int, t: int, n: int, k_start, k_end, out_v, out
                                   num_warps=cfg.sort_warps)
 
 
-def aot_variants(target: str, cfg: configs.SelectConfig, n: int = 1 << 20):
+def aot_variants(cfg: configs.SelectConfig, n: int = 1 << 20):
     """(name, kernel, signature, constexprs, options, example ints) of the chunked path's kernels
     with ``cfg`` (shipped or an autotuning candidate) for rows of n columns, top-512 and top-2048
     (``python -m inductor_dsa.aot``)."""
