@@ -3,7 +3,8 @@
 Public API: ``indexer_logits``, ``indexer_topk``, ``logits_topk`` (see ``inductor_dsa.indexer``), the paged
 (decode) forms ``paged_indexer_logits``, ``paged_indexer_topk``, ``paged_gather`` (see
 ``inductor_dsa.paged``), ``sparse_attention`` (see ``inductor_dsa.attention``) and formats in
-``inductor_dsa.formats``. The float64 test oracles live in ``inductor_dsa.reference`` (not
+``inductor_dsa.formats``; ``autotune(True)`` times candidate kernel configs on this GPU (see
+``inductor_dsa.kernels.autotune``). The float64 test oracles live in ``inductor_dsa.reference`` (not
 imported by the package).
 """
 import sys as _sys
@@ -11,9 +12,10 @@ import sys as _sys
 from . import checks, formats
 from .attention import sparse_attention
 from .indexer import indexer_logits, indexer_topk, logits_topk
+from .kernels.autotune import autotune
 from .paged import paged_gather, paged_indexer_logits, paged_indexer_topk
 
-__all__ = ["checks", "formats", "indexer_logits", "indexer_topk", "logits_topk", "paged_indexer_logits",
+__all__ = ["autotune", "checks", "formats", "indexer_logits", "indexer_topk", "logits_topk", "paged_indexer_logits",
            "paged_indexer_topk", "paged_gather", "sparse_attention"]
 __version__ = "0.1.0"
 

@@ -4,10 +4,15 @@ gfx942 (MI300): 64-wide wavefronts, 64 KiB LDS per workgroup, MFMA 16x16 preferr
 (``matrix_instr_nonkdim=16``), the AMD pipeliner wants ``num_stages=2``; tiles are
 kept at 128 query rows x 64 keys so Q^T + two K stages fit LDS with no spills.
 sm90 (H100/H200): 256 query rows (wgmma N=256) x 128 keys, 8 warps, 3 stages.
-Every config here is compiled by ``python -m inductor_dsa.aot`` for its target.
+Targets are named by their arch (``device_target``: gfx942, gfx950, sm90, sm89, sm100, ...); a
+table's ``OTHER`` entry is the conservative config of every arch it does not name.
+``CANDIDATES`` lists, per family and target, the configs ``kernels/autotune.py`` may time in place
+of the shipped one. Every config and candidate of gfx942 / sm90 is compiled by
+``python -m inductor_dsa.aot`` for its target.
 """
 from __future__ import annotations
 
+import dataclasses
 import functools
 import os
 from dataclasses import dataclass, field
@@ -32,7 +37,7 @@ INDEXER_LOGITS = {
     "sm90": IndexerConfig(rows=256, bn=64, num_warps=8, num_stages=3),
     "gfx942": IndexerConfig(rows=128, bn=64, num_warps=8, num_stages=2,
                             extra={"matrix_instr_nonkdim": 16}),
-    "cuda": IndexerConfig(rows=128, bn=64, num_warps=4, num_stages=2),
+    "other": IndexerConfig(rows=128, bn=64, num_warps=4, num_stages=2),
     "interpreter": IndexerConfig(rows=32, bn=32, num_warps=4, num_stages=1),
 }
 
@@ -48,7 +53,7 @@ def logits_config(target: str, mxfp4_k: bool) -> IndexerConfig:
     """The score-tile config of a target, for MXFP4 or other keys."""
     if mxfp4_k and target in INDEXER_LOGITS_MXFP4K:
         return INDEXER_LOGITS_MXFP4K[target]
-    return INDEXER_LOGITS[target]
+    return for_target(INDEXER_LOGITS, target)
 
 
 # MXFP4 keys (decode.mxfp4_rows_mma) are decoded and block-scaled as packed bf16 pairs on targets
@@ -91,11 +96,17 @@ class SelectConfig:
 SELECT = {
     "sm90": SelectConfig(num_warps=4, ch=256, min_rows=512),
     "gfx942": SelectConfig(num_warps=4, ch=256, min_rows=512),
-    "cuda": SelectConfig(num_warps=4, ch=256, min_rows=512),
+    "other": SelectConfig(num_warps=4, ch=256, min_rows=512),
     "interpreter": SelectConfig(num_warps=4, ch=64, min_rows=8, row_max=256, few_rows=3, chunk=64, chunk_min=32,
                                 chunk_programs=8, rank_rows=2),
 }
 TARGETS = ("gfx942", "sm90")
+OTHER = "other"  # the key of a table's conservative config, for any arch the table does not name
+
+
+def for_target(table: dict, target: str):
+    """The table's config for ``target``, else its conservative ``OTHER`` entry."""
+    return table[target] if target in table else table[OTHER]
 
 
 def launch_options(cfg, target: str) -> dict:
@@ -116,11 +127,11 @@ def use_kernels(device) -> bool:
 
 @functools.lru_cache(maxsize=None)
 def device_target(index: int) -> str:
-    """'gfx942', 'sm90', or 'cuda' (any other GPU) for a torch device index."""
+    """The arch of a torch device index: 'gfx942', 'gfx950', ... (ROCm) or 'sm90', 'sm89', 'sm100', ..."""
     props = torch.cuda.get_device_properties(index)
     if torch.version.hip is not None:
-        return "gfx942" if getattr(props, "gcnArchName", "").startswith("gfx942") else "cuda"
-    return "sm90" if (props.major, props.minor) == (9, 0) else "cuda"
+        return getattr(props, "gcnArchName", "").split(":")[0] or OTHER
+    return f"sm{props.major}{props.minor}"
 
 
 def target_for(device: torch.device) -> str:
@@ -161,7 +172,7 @@ SPARSE_ATTENTION = {
     "sm90": SparseAttentionConfig(bh=64, bn=64, num_warps=8, num_stages=2, gather=0),
     "gfx942": SparseAttentionConfig(bh=64, bn=32, num_warps=4, num_stages=1,
                                     extra={"matrix_instr_nonkdim": 16, "waves_per_eu": 1}),
-    "cuda": SparseAttentionConfig(bh=64, bn=16, num_warps=8, num_stages=1),
+    "other": SparseAttentionConfig(bh=64, bn=16, num_warps=8, num_stages=1),
     "interpreter": SparseAttentionConfig(bh=32, bn=16, num_warps=4, num_stages=1),
 }
 
@@ -205,7 +216,7 @@ PAGED = {
     "gfx942": PagedConfig(bn=64, rows=256, num_warps=8, num_stages=2, progs_per_sm=2,
                           chunk_min=1024, chunk_max=8192, ch=512, logits_rows=1024, split_min=2048,
                           extra={"matrix_instr_nonkdim": 16}),
-    "cuda": PagedConfig(bn=64, rows=128, num_warps=4, num_stages=2, progs_per_sm=2,
+    "other": PagedConfig(bn=64, rows=128, num_warps=4, num_stages=2, progs_per_sm=2,
                         chunk_min=1024, chunk_max=8192, ch=512, logits_rows=1024, split_min=2048),
     "interpreter": PagedConfig(bn=32, rows=16, num_warps=4, num_stages=1, progs_per_sm=1,
                                chunk_min=64, chunk_max=128, ch=64, logits_rows=64),
@@ -218,3 +229,70 @@ def wave_programs(device: torch.device, per_sm: int) -> int:
     if device.type == "cpu":
         return PAGED_CPU_PROGRAMS
     return multiprocessors(device.index if device.index is not None else torch.cuda.current_device()) * per_sm
+
+
+# --- autotuning candidates (kernels/autotune.py) ----------------------------------------------
+# Per family and target, the configs timed against the shipped one on the user's GPU (the shipped
+# config always runs first and is the reference). Every gfx942 / sm90 candidate is compiled by
+# ``python -m inductor_dsa.aot`` (0 spills, LDS within limits); ``OTHER`` serves any arch not named
+# (a candidate that fails to compile there is rejected at tuning time). None of these is timed yet.
+_NK16 = {"matrix_instr_nonkdim": 16}
+CANDIDATES = {
+    "indexer_logits": {
+        "sm90": (INDEXER_LOGITS["sm90"], INDEXER_LOGITS_MXFP4K["sm90"],
+                 IndexerConfig(rows=128, bn=64, num_warps=4, num_stages=4),
+                 IndexerConfig(rows=256, bn=64, num_warps=8, num_stages=2)),
+        "gfx942": (INDEXER_LOGITS["gfx942"],
+                   IndexerConfig(rows=128, bn=32, num_warps=8, num_stages=2, extra=_NK16),
+                   IndexerConfig(rows=128, bn=64, num_warps=8, num_stages=1, extra=_NK16),
+                   IndexerConfig(rows=64, bn=64, num_warps=4, num_stages=2, extra=_NK16)),
+        OTHER: (INDEXER_LOGITS[OTHER], IndexerConfig(rows=128, bn=64, num_warps=4, num_stages=3),
+                IndexerConfig(rows=128, bn=32, num_warps=4, num_stages=2),
+                IndexerConfig(rows=256, bn=64, num_warps=8, num_stages=2)),
+        "interpreter": (INDEXER_LOGITS["interpreter"], IndexerConfig(rows=16, bn=32, num_warps=4, num_stages=1)),
+    },
+    "select": {
+        **{t: (SELECT[t], dataclasses.replace(SELECT[t], num_warps=8), dataclasses.replace(SELECT[t], ch=128),
+               dataclasses.replace(SELECT[t], chunk_warps=8))
+           for t in ("sm90", "gfx942", OTHER)},
+        "interpreter": (SELECT["interpreter"], dataclasses.replace(SELECT["interpreter"], ch=128)),
+    },
+    "paged": {
+        "sm90": (PAGED["sm90"], dataclasses.replace(PAGED["sm90"], num_stages=3),
+                 dataclasses.replace(PAGED["sm90"], progs_per_sm=2), dataclasses.replace(PAGED["sm90"], progs_per_sm=8)),
+        "gfx942": (PAGED["gfx942"], dataclasses.replace(PAGED["gfx942"], num_stages=1),
+                   dataclasses.replace(PAGED["gfx942"], rows=128, num_warps=4, progs_per_sm=4),
+                   dataclasses.replace(PAGED["gfx942"], progs_per_sm=4)),
+        OTHER: (PAGED[OTHER], dataclasses.replace(PAGED[OTHER], num_stages=3),
+                dataclasses.replace(PAGED[OTHER], progs_per_sm=4)),
+        "interpreter": (PAGED["interpreter"], dataclasses.replace(PAGED["interpreter"], chunk_min=32, chunk_max=64)),
+    },
+    "sparse_attention": {
+        "sm90": (SPARSE_ATTENTION["sm90"], dataclasses.replace(SPARSE_ATTENTION["sm90"], max_splits=4),
+                 dataclasses.replace(SPARSE_ATTENTION["sm90"], max_splits=16),
+                 dataclasses.replace(SPARSE_ATTENTION["sm90"], bn=32, num_stages=3)),
+        "gfx942": (SPARSE_ATTENTION["gfx942"],
+                   SparseAttentionConfig(bh=64, bn=16, num_warps=8, num_stages=1, gather=1, extra=_NK16),
+                   dataclasses.replace(SPARSE_ATTENTION["gfx942"], max_splits=4),
+                   dataclasses.replace(SPARSE_ATTENTION["gfx942"], max_splits=16)),
+        OTHER: (SPARSE_ATTENTION[OTHER], dataclasses.replace(SPARSE_ATTENTION[OTHER], bn=32, num_stages=2, gather=0),
+                dataclasses.replace(SPARSE_ATTENTION[OTHER], max_splits=4)),
+        "interpreter": (SPARSE_ATTENTION["interpreter"], dataclasses.replace(SPARSE_ATTENTION["interpreter"], bn=32)),
+    },
+}
+
+
+def candidates(family: str, target: str, default) -> list:
+    """``default`` first, then the family's other candidates for ``target`` (its ``OTHER`` set if unnamed)."""
+    return [default] + [c for c in for_target(CANDIDATES[family], target) if c != default]
+
+
+def describe(cfg, base=None) -> str:
+    """The fields of ``cfg`` that differ from ``base`` ('shipped' when none), or all of them."""
+    fields = dataclasses.asdict(cfg)
+    if base is not None:
+        ref = dataclasses.asdict(base)
+        fields = {k: v for k, v in fields.items() if v != ref[k]}
+        if not fields:
+            return "shipped"
+    return " ".join(f"{k}={v}" for k, v in fields.items() if v != {})

@@ -4,7 +4,8 @@ from __future__ import annotations
 import torch
 import triton.language as tl
 
-from . import configs
+from . import autotune, configs
+from .autotune import bucket
 from .host import cdiv, next_pow2
 from . import indexer, select_launch
 from .indexer import logits_kernel
@@ -67,9 +68,8 @@ def _plan(q, q_scale, k, k_scale, weights, target: str):
     return args, h
 
 
-def _logits_into(out, row0, rows, t, n, h, plan, k_start, k_end, target, fill):
+def _logits_into(out, row0, rows, t, n, h, plan, k_start, k_end, target, fill, cfg):
     """Launch logits_kernel for tokens row0 .. min(t, row0 + rows) - 1 into out[t - row0]."""
-    cfg = configs.logits_config(target, bool(plan["K_FMT"] == FMT_MXFP4))
     bt = cfg.tokens(plan["HP"])
     logits_kernel[(cdiv(rows, bt),)](
         k_start=k_start, k_end=k_end, out=out, T=min(t, row0 + rows), K=n, H=h, row0=row0,
@@ -81,22 +81,44 @@ def _dense(k_start, k_end):
     return k_start.contiguous(), k_end.contiguous()
 
 
+def _logits_cfg(op: str, q, k, plan, target: str, run, *extra):
+    """The logits config for this launch: shipped, or tuned per bucket of (T, K) (kernels/autotune.py)."""
+    key = (op, bucket(q.shape[0]), bucket(k.shape[0]), q.shape[1], plan["D"], str(q.dtype), plan["Q_FMT"],
+           plan["K_FMT"], *extra)
+    default = configs.logits_config(target, bool(plan["K_FMT"] == FMT_MXFP4))
+    return autotune.pick("indexer_logits", target, q.device, default, key, run)
+
+
 def indexer_logits(q, q_scale, k, k_scale, weights, k_start, k_end) -> torch.Tensor:
     k_start, k_end = _dense(k_start, k_end)
     t, n = q.shape[0], k.shape[0]
-    out = torch.empty((t, n), dtype=torch.float32, device=q.device)
-    if t and n:
-        target = configs.target_for(q.device)
-        plan, h = _plan(q, q_scale, k, k_scale, weights, target)
-        _logits_into(out, 0, t, t, n, h, plan, k_start, k_end, target, True)
-    return out
+    if not (t and n):
+        return torch.empty((t, n), dtype=torch.float32, device=q.device)
+    target = configs.target_for(q.device)
+    plan, h = _plan(q, q_scale, k, k_scale, weights, target)
+
+    def run(cfg):
+        out = torch.empty((t, n), dtype=torch.float32, device=q.device)
+        _logits_into(out, 0, t, t, n, h, plan, k_start, k_end, target, True, cfg)
+        return (out,)
+    return run(_logits_cfg("logits", q, k, plan, target, run))[0]
 
 
 def indexer_topk(q, q_scale, k, k_scale, weights, k_start, k_end, topk: int):
     """Chunks of C rows: logits into a workspace of at most max(outputs, min_rows x K) fp32, then select."""
     k_start, k_end = _dense(k_start, k_end)
     target = configs.target_for(q.device)
-    sel = configs.SELECT[target]
+    plan, h = _plan(q, q_scale, k, k_scale, weights, target)
+
+    def run(cfg):
+        return _indexer_topk(plan, h, q, k, k_start, k_end, topk, target, cfg)
+    if q.shape[0] == 0 or k.shape[0] == 0:
+        return run(None)
+    return run(_logits_cfg("topk", q, k, plan, target, run, topk))
+
+
+def _indexer_topk(plan, h, q, k, k_start, k_end, topk: int, target: str, cfg):
+    sel = configs.for_target(configs.SELECT, target)
     t, n = q.shape[0], k.shape[0]
     out_v = torch.empty((t, topk), dtype=torch.float32, device=q.device)
     out_i = torch.empty((t, topk), dtype=torch.int32, device=q.device)
@@ -104,16 +126,21 @@ def indexer_topk(q, q_scale, k, k_scale, weights, k_start, k_end, topk: int):
         return out_v, out_i
     rows = min(t, max(sel.min_rows, (t * topk * 8) // (4 * max(n, 1))))
     ws = torch.empty((rows, max(n, 1)), dtype=torch.float32, device=q.device)
-    plan, h = _plan(q, q_scale, k, k_scale, weights, target)
     for row0 in range(0, t, rows):
         if n:
-            _logits_into(ws, row0, rows, t, n, h, plan, k_start, k_end, target, False)
-        _select(ws, row0, min(rows, t - row0), t, n, k_start, k_end, out_v, out_i, topk, sel)
+            _logits_into(ws, row0, rows, t, n, h, plan, k_start, k_end, target, False, cfg)
+        _select(ws, row0, min(rows, t - row0), t, n, k_start, k_end, out_v, out_i, topk, sel, target)
     return out_v, out_i
 
 
-def _select(ws, row0, rows, t, n, k_start, k_end, out_v, out_i, topk, sel):
-    """Top-k of rows row0 .. row0 + rows - 1, whose scores are ws[t - row0, :n] (the selection engine)."""
+def _select(ws, row0, rows, t, n, k_start, k_end, out_v, out_i, topk, sel, target):
+    """Top-k of rows row0 .. row0 + rows - 1, whose scores are ws[t - row0, :n] (the selection engine),
+    with the shipped config ``sel`` or, when tuning, this bucket's winner (scratch outputs while timing)."""
+    def run(cfg):
+        v, i = torch.empty_like(out_v), torch.empty_like(out_i)
+        select_launch.select(ws, row0, rows, t, n, k_start, k_end, v, i, topk, cfg)
+        return v[row0:row0 + rows], i[row0:row0 + rows]
+    sel = autotune.pick("select", target, ws.device, sel, (bucket(rows), bucket(n), topk), run)
     select_launch.select(ws, row0, rows, t, n, k_start, k_end, out_v, out_i, topk, sel)
 
 
@@ -124,8 +151,9 @@ def logits_topk(logits, k_start, k_end, topk: int):
     out_v = torch.empty((t, topk), dtype=torch.float32, device=logits.device)
     out_i = torch.empty((t, topk), dtype=torch.int32, device=logits.device)
     if t and n:
-        _select(logits, 0, t, t, n, k_start, k_end, out_v, out_i, topk,
-                configs.SELECT[configs.target_for(logits.device)])
+        target = configs.target_for(logits.device)
+        _select(logits, 0, t, t, n, k_start, k_end, out_v, out_i, topk, configs.for_target(configs.SELECT, target),
+                target)
     else:
         out_v.fill_(float("-inf"))
         out_i.fill_(-1)
@@ -151,29 +179,34 @@ def _v4_strides(fmt: str, t: int, n: int, h: int, d: int) -> dict:
                 sw_t=h, sw_h=1, so_t=n)
 
 
-def aot_variants(target: str, head_dim: int = 128, heads: int = 64, tokens: int = 4096):
-    """(name, kernel, signature, constexprs, options, example ints) of every shipped config."""
+def logits_aot_variants(target: str, cfg: configs.IndexerConfig | None = None, head_dim: int = 128,
+                        heads: int = 64, tokens: int = 4096):
+    """(name, kernel, signature, constexprs, options, example ints) of the logits kernel in every
+    operand format, with ``cfg`` (an autotuning candidate) or else each format's shipped config."""
     hp = next_pow2(heads)
     for fmt, (qp, qxp, kp, kxp, qf, kf, scaled, fp8) in _AOT_FORMATS.items():
-        cfg = configs.logits_config(target, bool(kf == FMT_MXFP4))
+        c = cfg or configs.logits_config(target, bool(kf == FMT_MXFP4))
         if fp8:
             qp = qxp = kp = _FP8_PTR[target]
         pointers = dict(q=qp, qx=qxp, k=kp, kx=kxp, w="*bf16", k_start="*i32", k_end="*i32", out="*fp32")
         consts = dict(Q_FMT=qf, K_FMT=kf, K_ROW_SCALE=scaled, FNUZ=target == "gfx942" and scaled,
                       DOT_DTYPE=_FP8_TL[target] if fp8 else tl.bfloat16, DEC_DTYPE=configs.decode_dtype(target),
                       ALIGNED=True, D=head_dim, HP=hp,
-                      BT=cfg.tokens(hp), BN=cfg.bn, FILL=True)
+                      BT=c.tokens(hp), BN=c.bn, FILL=True)
         sig = {a: ("constexpr" if a in consts else pointers.get(a, "i32")) for a in logits_kernel.arg_names}
         yield (f"indexer_logits[{fmt}] D={head_dim} H={heads}", logits_kernel, sig, consts,
-               configs.launch_options(cfg, target), _v4_strides(fmt, tokens, tokens, heads, head_dim))
-    sel = configs.SELECT[target]
+               configs.launch_options(c, target), _v4_strides(fmt, tokens, tokens, heads, head_dim))
+
+
+def select_aot_variants(target: str, sel: configs.SelectConfig, tokens: int = 4096):
+    """The selection engine's kernels with config ``sel``: one program per row, and the chunked passes."""
     for n in (512, 1024, 2048):
         consts = dict(TOPK=n, TOPK_P2=next_pow2(n), CH=sel.ch, BITS=sel.bits)
         pointers = dict(ws="*fp32", k_start="*i32", k_end="*i32", out_v="*fp32", out_i="*i32")
         sig = {a: ("constexpr" if a in consts else pointers.get(a, "i32")) for a in select_kernel.arg_names}
         yield (f"indexer_select[topk={n}]", select_kernel, sig, consts, dict(num_warps=sel.num_warps),
                dict(row0=0, T=tokens, K=tokens, s_ws=tokens))
-    yield from select_launch.aot_variants(target)
+    yield from select_launch.aot_variants(sel)
 
 
 # --- sparse attention -------------------------------------------------------------------------
@@ -200,9 +233,21 @@ def sparse_attention_heads(cfg: configs.SparseAttentionConfig, h: int) -> int:
 
 
 def sparse_attention(q, kv, indices, sink, scale: float, splits: int | None = None):
-    """(out [B, M, H, D] q.dtype, lse fp32 [B, M, H]) on validated operands; see the kernel module."""
+    """(out [B, M, H, D] q.dtype, lse fp32 [B, M, H]) on validated operands; see the kernel module.
+    The config: shipped, or tuned per bucket of (B x M, N, topk) (kernels/autotune.py)."""
     target = configs.target_for(q.device)
-    cfg = configs.SPARSE_ATTENTION[target]
+    cfg = configs.for_target(configs.SPARSE_ATTENTION, target)
+    if q.numel() == 0:
+        return _sparse_attention(q, kv, indices, sink, scale, splits, cfg, target)
+    b, m, h, d = q.shape
+    key = (bucket(b * m), bucket(kv.shape[1]), h, d, bucket(indices.shape[2]), str(q.dtype), sink is not None)
+
+    def run(c):
+        return _sparse_attention(q, kv, indices, sink, scale, splits, c, target)
+    return run(autotune.pick("sparse_attention", target, q.device, cfg, key, run))
+
+
+def _sparse_attention(q, kv, indices, sink, scale: float, splits: int | None, cfg, target: str):
     b, m, h, d = q.shape
     topk = indices.shape[2]
     out = torch.empty((b, m, h, d), dtype=q.dtype, device=q.device)
@@ -233,9 +278,9 @@ def sparse_attention(q, kv, indices, sink, scale: float, splits: int | None = No
     return out, lse
 
 
-def sparse_attention_aot_variants(target: str, b=64, m=1, h=64, d=512, n=8320, topk=1152):
-    """AOT variants of the sparse-attention kernels for a V4 decode launch (splits 1 and 2)."""
-    cfg = configs.SPARSE_ATTENTION[target]
+def sparse_attention_aot_variants(target: str, cfg: configs.SparseAttentionConfig, b=64, m=1, h=64, d=512, n=8320,
+                                  topk=1152):
+    """AOT variants of the sparse-attention kernels with ``cfg`` for a V4 decode launch (splits 1 and 2)."""
     bh = sparse_attention_heads(cfg, h)
     pointers = dict(q="*bf16", kv="*bf16", idx="*i32", sink="*fp32", out="*bf16", lse="*fp32", ws="*fp32",
                     qk_scale="fp32")

@@ -11,7 +11,8 @@ from dataclasses import dataclass
 import torch
 import triton.language as tl
 
-from . import configs
+from . import autotune, configs
+from .autotune import bucket
 from .fastlaunch import Arg, Launch
 from .host import cdiv, next_pow2
 from ..formats import PAGE_ROWS
@@ -122,16 +123,26 @@ def _inputs(q, q_scale, kv_cache, weights, block_table, context_lens):
     return env, key
 
 
-def _config(device):
-    target = configs.target_for(device)
-    cfg = configs.PAGED[target]
-    _check_cfg(cfg)
-    return target, cfg
+def _config(op: str, q, q_scale, block_table, fmt, fp8_flavor, run, *extra):
+    """(target, config): the shipped config, or when tuning this bucket's winner (buckets of batch
+    and table length)."""
+    target = configs.target_for(q.device)
+    b, n, h, d = q.shape
+    key = (op, bucket(b), bucket(block_table.shape[1] * PAGE_ROWS), n, h, d, q_scale is not None, fmt, fp8_flavor,
+           *extra)
+    return target, autotune.pick("paged", target, q.device, configs.for_target(configs.PAGED, target), key, run)
 
 
 def paged_logits(q, q_scale, kv_cache, weights, block_table, context_lens, fmt, fp8_flavor):
+    def run(cfg):
+        return (_paged_logits(q, q_scale, kv_cache, weights, block_table, context_lens, fmt, fp8_flavor, cfg),)
+    return run(_config("logits", q, q_scale, block_table, fmt, fp8_flavor, run)[1])[0]
+
+
+def _paged_logits(q, q_scale, kv_cache, weights, block_table, context_lens, fmt, fp8_flavor, cfg):
+    _check_cfg(cfg)
     env, key = _inputs(q, q_scale, kv_cache, weights, block_table, context_lens)
-    target, cfg = _config(q.device)
+    target = configs.target_for(q.device)
     b, n = q.shape[:2]
     max_len = block_table.shape[1] * PAGE_ROWS
     out = torch.empty((b, n, max_len), dtype=torch.float32, device=q.device)
@@ -221,8 +232,17 @@ def paged_topk(q, q_scale, kv_cache, weights, block_table, context_lens, topk, f
 
     Per call: a plan lookup (cached by shapes, dtypes, alignments, device, config), three
     allocations (outputs, one workspace buffer), a histogram memset when split, 2-4 launches."""
+    def run(cfg, stats=None):
+        return _paged_topk(q, q_scale, kv_cache, weights, block_table, context_lens, topk, fmt, fp8_flavor,
+                           programs, stats, cfg)
+    return run(_config("topk", q, q_scale, block_table, fmt, fp8_flavor, run, topk)[1], stats)
+
+
+def _paged_topk(q, q_scale, kv_cache, weights, block_table, context_lens, topk, fmt, fp8_flavor, programs, stats,
+                cfg):
+    _check_cfg(cfg)
     env, key = _inputs(q, q_scale, kv_cache, weights, block_table, context_lens)
-    target, cfg = _config(q.device)
+    target = configs.target_for(q.device)
     dev = q.device
     b, n = q.shape[:2]
     out_v = torch.empty((b, n, topk), dtype=torch.float32, device=dev)
@@ -303,9 +323,8 @@ def _aligned(fn, sig, ints=("skv", "C")):
             for a, t in sig.items() if (t.startswith("*") or a in ints) and t != "constexpr"}
 
 
-def aot_variants(target: str, head_dim: int = 128, heads: int = 64):
-    """(name, kernel, signature, constexprs, options, attrs) of every shipped paged config for a target."""
-    cfg = configs.PAGED[target]
+def aot_variants(target: str, cfg: configs.PagedConfig, head_dim: int = 128, heads: int = 64):
+    """(name, kernel, signature, constexprs, options, attrs) of the paged kernels with ``cfg`` on a target."""
     opts = configs.launch_options(cfg, target)
     ptr = dict(q="*bf16", qx="*bf16", w="*bf16", kv="*u8", block_table="*i32", context_lens="*i32",
                dst="*fp32", ws="*fp32", part_v="*fp32", part_i="*i32", hist="*i32")

@@ -68,10 +68,10 @@ def select(src, row0: int, rows: int, t: int, n: int, k_start, k_end, out_v, out
                                   num_warps=cfg.sort_warps)
 
 
-def aot_variants(target: str, n: int = 1 << 20):
+def aot_variants(cfg: configs.SelectConfig, n: int = 1 << 20):
     """(name, kernel, signature, constexprs, options, example ints) of the chunked path's kernels
-    for rows of n columns, top-512 and top-2048 (``python -m inductor_dsa.aot``)."""
-    cfg = configs.SELECT[target]
+    with ``cfg`` (shipped or an autotuning candidate) for rows of n columns, top-512 and top-2048
+    (``python -m inductor_dsa.aot``)."""
     passes = 32 // cfg.pass_bits
     s = cdiv(n, cfg.chunk)
     ints = dict(row0=0, T=1, L=n, s_src=n, S=s, s_dst=1)

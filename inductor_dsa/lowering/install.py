@@ -9,6 +9,7 @@ import torch
 from torch._inductor.custom_graph_pass import CustomGraphPass
 
 from . import report
+from ..kernels import autotune
 from .graph_pass import ChainedPass, IndexerPass
 
 PASS = IndexerPass()
@@ -94,11 +95,14 @@ def backend(gm: torch.fx.GraphModule, example_inputs, *, mode: str | None = None
 
     ``torch.compile(model, backend=inductor_dsa.backend, mode=..., options=...)``: ``mode``
     ("reduce-overhead" = CUDA graphs, "max-autotune", ...) and ``options`` (Inductor config
-    entries) mean what they mean for backend="inductor".
+    entries) mean what they mean for backend="inductor"; max-autotune also turns on the
+    autotuning of our kernels' configs in this process (kernels/autotune.py).
     """
     from torch._inductor.compile_fx import compile_fx
     # backend="inductor"'s own wrapper turns mode + options into (validated) config patches
     patches = dict(torch._TorchCompileInductorWrapper(mode, options, None).config)
+    if patches.get("max_autotune"):
+        autotune.request_max_autotune()
     patches["joint_custom_pre_pass"] = _with_ours(patches.get("joint_custom_pre_pass", _config().joint_custom_pre_pass))
     return compile_fx(gm, example_inputs, config_patches=patches, **kwargs)
 

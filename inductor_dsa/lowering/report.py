@@ -21,6 +21,8 @@ import threading
 from dataclasses import dataclass, field
 from typing import Optional
 
+from ..kernels import autotune
+
 log = logging.getLogger("inductor_dsa")
 
 MAX_COMPILATIONS = 64
@@ -67,7 +69,9 @@ class Compilation:
 
 
 class Report(list):
-    """A list of ``Compilation`` records, most recent last; ``str()`` renders it."""
+    """A list of ``Compilation`` records, most recent last, and ``kernels``: the config each tuned
+    kernel family ran with per shape bucket (kernels/autotune.py); ``str()`` renders both."""
+    kernels: list = []
 
     @property
     def swaps(self):
@@ -83,7 +87,12 @@ class Report(list):
             lines.append(f"[{c.graph}] {len(c.swaps)} swap(s)" + (" (cache hit)" if c.cached else ""))
             lines += ["  " + str(s).replace("\n", "\n  ") for s in c.swaps]
             lines += ["  " + str(r) for r in c.rejections]
-        return "\n".join(lines) if lines else "inductor_dsa: no compilation has run the pass yet"
+        if not lines:
+            lines.append("inductor_dsa: no compilation has run the pass yet")
+        if self.kernels:
+            lines.append("kernel configs:")
+            lines += ["  " + str(k).replace("\n", "\n  ") for k in self.kernels]
+        return "\n".join(lines)
 
 
 _lock = threading.Lock()
@@ -153,9 +162,12 @@ def record_rejection(c: Compilation, rej: Rejection) -> None:
 
 
 def report() -> Report:
-    """Compilations since the last ``reset()`` (at most the last 64), with their swaps."""
+    """Compilations since the last ``reset()`` (at most the last 64), with their swaps, and the
+    kernel configs used so far (shipped or tuned)."""
     with _lock:
-        return Report(list(_history))
+        rep = Report(list(_history))
+    rep.kernels = autotune.used()
+    return rep
 
 
 def reset() -> None:
