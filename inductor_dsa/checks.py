@@ -5,8 +5,8 @@ TypeError (wrong kind or dtype) or ValueError (wrong shape, size, device) naming
 argument. They read no tensor data, so they never sync and are valid under tracing and
 CUDA-graph capture.
 
-Value checks (``paged_values``, ``index_range``) read the data: one counting kernel or
-reduction and one device-to-host copy (a sync) per call. They run by default and are skipped
+Value checks (``paged_values``, ``index_range``) read the data: a reduction, or the counts of
+a counting kernel its caller launched, and one device-to-host copy (a sync) per call. They run by default and are skipped
 
   - while a CUDA graph is being captured, under torch.compile tracing, on fake / meta tensors;
   - with the environment variable ``INDUCTOR_DSA_CHECK_VALUES=0``;
@@ -319,21 +319,16 @@ def paged(q, q_scale, kv_cache, weights, block_table, context_lens, fmt, fp8_fla
     return info
 
 
-def paged_values(kv_cache, block_table, context_lens) -> None:
+def paged_values(kv_cache, block_table, context_lens, counts: tuple[int, int] | None = None) -> None:
     """Value check: ValueError unless 0 <= context_lens[b] <= max_pages * 64 and every block-table
     entry a context uses (p < cdiv(context_lens[b], 64)) lies in [0, num_pages). Entries past the
-    context are never read and may hold anything. READS the data: on a GPU (and under the
-    interpreter) one counting kernel and a sync; the message's details are computed only on error."""
+    context are never read and may hold anything. READS the data (a sync). ``counts``: the
+    (bad context_lens, bad pages) that the counting kernel found (``kernels.paged_launch.
+    paged_check``, launched by the caller: validation launches nothing); (0, 0) returns at
+    once, otherwise torch ops find the details for the message."""
     b, pages = block_table.shape
-    if b == 0:
+    if b == 0 or counts == (0, 0):
         return
-    from .kernels import configs
-    counted = configs.use_kernels(kv_cache.device)
-    if counted:
-        from .kernels.paged_launch import paged_check
-        n_ctx, n_bad = paged_check(kv_cache, block_table, context_lens)
-        if not (n_ctx or n_bad):
-            return
     max_len, num_pages = pages * PAGE_ROWS, kv_cache.shape[0]
     ctx = context_lens.long()
     used = torch.arange(pages, device=ctx.device) * PAGE_ROWS < ctx.clamp(0, max_len).unsqueeze(1)
@@ -346,6 +341,6 @@ def paged_values(kv_cache, block_table, context_lens) -> None:
         r, p = bad.nonzero()[0].tolist()
         raise ValueError(f"block_table[{r}, {p}] = {int(block_table[r, p])} is a page id outside [0, {num_pages}) "
                          f"(kv_cache.shape[0]) used by context_lens[{r}] = {int(ctx[r])} ({n_bad} such entries)")
-    if counted:
-        raise AssertionError(f"inductor_dsa bug: paged_check counted {n_ctx} bad context_lens / {n_bad} bad "
-                             "pages that the recount does not find")
+    if counts is not None:
+        raise AssertionError(f"inductor_dsa bug: paged_check counted {counts[0]} bad context_lens / {counts[1]} "
+                             "bad pages that the recount does not find")

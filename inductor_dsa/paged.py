@@ -34,6 +34,7 @@ from __future__ import annotations
 import torch
 
 from . import checks, formats, ops
+from .kernels import configs
 
 
 def _split_q(q):
@@ -42,8 +43,14 @@ def _split_q(q):
 
 
 def _values(check_values, kv_cache, block_table, context_lens) -> None:
+    """The value check: on a GPU (and under the interpreter) one counting kernel, then
+    ``checks.paged_values`` on its counts."""
     if checks.can_read(check_values, kv_cache, block_table, context_lens):
-        checks.paged_values(kv_cache, block_table, context_lens)
+        counts = None
+        if block_table.shape[0] and configs.use_kernels(kv_cache.device):
+            from .kernels.paged_launch import paged_check
+            counts = paged_check(kv_cache, block_table, context_lens)
+        checks.paged_values(kv_cache, block_table, context_lens, counts)
 
 
 def _checked(check_values, q, q_scale, kv_cache, weights, block_table, context_lens, fmt, fp8_flavor) -> None:

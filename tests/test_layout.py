@@ -5,9 +5,6 @@
 * no library file is over 600 lines;
 * no production module imports ``reference`` (the float64 oracles are for tests);
 * the symbolic engine imports nothing of DSA (patterns, lowering, ops, kernels, ...).
-
-``KNOWN`` lists today's violations in ``kernels/`` (being reworked elsewhere), by name, so that
-the set can only shrink: a new violation fails, and so does a listed one that is gone.
 """
 from __future__ import annotations
 
@@ -16,11 +13,6 @@ import os
 
 PKG = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "inductor_dsa")
 MAX_LINES = 600
-# kernels/ is being split by family elsewhere; these go when the shared tile helpers become public
-KNOWN = {
-    "kernels/paged_indexer.py: from .indexer import _query_tile",
-    "kernels/paged_indexer.py: from .indexer import _score_rows",
-}
 
 
 def _modules():
@@ -83,10 +75,8 @@ def violations():
 
 
 def test_layout_rules():
-    found = set(violations())
-    new, cleared = sorted(found - KNOWN), sorted(KNOWN - found)
-    assert not new, "layout violations:\n" + "\n".join(new)
-    assert not cleared, "listed in KNOWN but gone (remove them):\n" + "\n".join(cleared)
+    found = violations()
+    assert not found, "layout violations:\n" + "\n".join(found)
 
 
 def test_walker_sees_violations(tmp_path):

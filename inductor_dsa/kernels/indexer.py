@@ -47,7 +47,7 @@ def _load_rows(ptr, xptr, off, xoff, mask, sd, FMT: tl.constexpr, FNUZ: tl.const
 
 
 @triton.jit
-def _query_tile(q, qx, w, t0, T, H, sq_t, sq_h, sq_d, sqx_t, sqx_h, sw_t, sw_h,
+def query_tile(q, qx, w, t0, T, H, sq_t, sq_h, sq_d, sqx_t, sqx_h, sw_t, sw_h,
                 Q_FMT: tl.constexpr, FNUZ: tl.constexpr, BT: tl.constexpr, HP: tl.constexpr,
                 D: tl.constexpr, DOT_DTYPE: tl.constexpr, K_ORDER: tl.constexpr):
     """(Q^T [D, BT*HP] in the dot dtype, weights [BT*HP] fp32) for tokens t0 .. t0+BT-1. With
@@ -73,7 +73,7 @@ def _query_tile(q, qx, w, t0, T, H, sq_t, sq_h, sq_d, sqx_t, sqx_h, sw_t, sw_h,
 
 
 @triton.jit
-def _score_rows(qT, wv, kt, row_scale, BT: tl.constexpr, HP: tl.constexpr, BN: tl.constexpr,
+def score_rows(qT, wv, kt, row_scale, BT: tl.constexpr, HP: tl.constexpr, BN: tl.constexpr,
                 DOT_DTYPE: tl.constexpr):
     """logits^T [BN, BT] fp32 of a decoded key tile ``kt`` [BN, D] (already in the dot dtype):
     sum over each token's HP columns of relu(kt @ qT * row_scale) * w. ``row_scale`` (fp32 [BN],
@@ -104,9 +104,9 @@ def _score_block(qT, wv, k, kx, j0, K, sk_k, sk_d, skx_k,
     else:
         kt = _load_rows(k, kx, j64 * sk_k, j64 * skx_k, jm, sk_d, K_FMT, FNUZ, BN, D).to(DOT_DTYPE)
     if K_ROW_SCALE:
-        blk = _score_rows(qT, wv, kt, tl.load(kx + j64 * skx_k, mask=jm, other=0.0), BT, HP, BN, DOT_DTYPE)
+        blk = score_rows(qT, wv, kt, tl.load(kx + j64 * skx_k, mask=jm, other=0.0), BT, HP, BN, DOT_DTYPE)
     else:
-        blk = _score_rows(qT, wv, kt, None, BT, HP, BN, DOT_DTYPE)
+        blk = score_rows(qT, wv, kt, None, BT, HP, BN, DOT_DTYPE)
     return blk
 
 
@@ -135,7 +135,7 @@ def logits_kernel(q, qx, k, kx, w, k_start, k_end, out, T, K, H, row0,
     """out[t - row0, :] for tokens row0 <= t < T, one program per BT tokens: scores inside each
     row's range; with FILL, -inf elsewhere (without, masked columns are left unwritten)."""
     t0 = row0 + tl.program_id(0) * BT
-    qT, wv = _query_tile(q, qx, w, t0, T, H, sq_t, sq_h, sq_d, sqx_t, sqx_h, sw_t, sw_h,
+    qT, wv = query_tile(q, qx, w, t0, T, H, sq_t, sq_h, sq_d, sqx_t, sqx_h, sw_t, sw_h,
                          Q_FMT, FNUZ, BT, HP, D, DOT_DTYPE, K_FMT == FMT_MXFP4)
     t, tm, s, e, lo, hi = _tile_ranges(k_start, k_end, t0, T, K, BT, BN)
     row = out + (t - row0).to(tl.int64)[None, :] * so_t

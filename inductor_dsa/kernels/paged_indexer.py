@@ -1,4 +1,4 @@
-"""Triton kernels for the paged (decode) DSA indexer: DSA_SEMANTICS.md section 3.
+"""Triton kernels for the paged (decode) DSA indexer: docs/semantics.md (the paged cache).
 
     logits[b, n, j] = sum_h w[b, n, h] * relu(q[b, n, h, :] . key_b[j, :])   for j < context_lens[b]
 
@@ -7,11 +7,11 @@ key_b[j] is row ``j % 64`` of page ``block_table[b, j // 64]`` of a uint8 cache 
 bytes then 64 x 4 fp32-scale bytes). Every query token of a request sees the same rows.
 
 Score block (all kernels): a program holds the NT query tokens of one request with all their
-heads, Q^T [D, NT*HP] (the prefill ``_query_tile``), and streams blocks of BN key rows (BN divides
+heads, Q^T [D, NT*HP] (the prefill ``query_tile``), and streams blocks of BN key rows (BN divides
 the 64-row page, so one block-table read per block, prefetched a block ahead), loads the rows'
 bytes straight from their page, decodes them in registers (MXFP4: ``decode.mxfp4_rows_mma``, whose
 permuted columns Q^T follows; FP8: e4m3 -> bf16 with the fp32 row scale after the dot) and runs
-the prefill ``_score_rows`` epilogue (dot, relu, x weights, head sum). No dense
+the prefill ``score_rows`` epilogue (dot, relu, x weights, head sum). No dense
 key copy, no [B, H, L] scores. Page ids outside [0, num_pages) and rows at or past
 ``clamp(context_lens[b], 0, max_len)`` are never loaded (masked loads; such a page id inside the
 context reads as a zero row, score 0), so no data value can cause an out-of-bounds access.
@@ -45,7 +45,7 @@ import triton
 import triton.language as tl
 
 from .decode import e4m3_bytes_to_f32, mxfp4_rows_mma
-from .indexer import FMT_MXFP4, _query_tile, _score_rows
+from .indexer import FMT_MXFP4, query_tile, score_rows
 from .select import sel_key, select_row
 
 PAGE = tl.constexpr(64)
@@ -84,7 +84,7 @@ def _paged_block(qT, wv, kv, page, j0, jend, num_pages, skv,
     if K_FMT == KV_MXFP4:
         kt = mxfp4_rows_mma(kv, kv, base + r * (D // 2), base + PAGE * (D // 2) + r * (D // 32), ok, BN, D,
                             DEC_DTYPE, ALIGNED, DOT_DTYPE)
-        blk = _score_rows(qT, wv, kt, None, NT, HP, BN, DOT_DTYPE)
+        blk = score_rows(qT, wv, kt, None, NT, HP, BN, DOT_DTYPE)
     else:
         x = tl.load(kv + (base + r * D)[:, None] + tl.arange(0, D)[None, :], mask=ok[:, None], other=0)
         if K_FMT == KV_FP8:
@@ -94,21 +94,21 @@ def _paged_block(qT, wv, kv, page, j0, jend, num_pages, skv,
         sb = tl.arange(0, 4)
         sbytes = tl.load(kv + (base + PAGE * D + r * 4)[:, None] + sb[None, :], mask=ok[:, None], other=0)
         bits = tl.sum(sbytes.to(tl.int32) << (8 * sb)[None, :], axis=1)  # little-endian fp32, any alignment
-        blk = _score_rows(qT, wv, kt, bits.to(tl.float32, bitcast=True), NT, HP, BN, DOT_DTYPE)
+        blk = score_rows(qT, wv, kt, bits.to(tl.float32, bitcast=True), NT, HP, BN, DOT_DTYPE)
     return blk
 
 
 @triton.jit
 def _request_queries(q, qx, w, t0, T, H: tl.constexpr, Q_FMT: tl.constexpr, K_FMT: tl.constexpr,
                      FNUZ: tl.constexpr, NT: tl.constexpr, HP: tl.constexpr, D: tl.constexpr, DOT_DTYPE: tl.constexpr):
-    """``_query_tile`` for contiguous q [B*N, H, D] (MXFP4: codes [.., D/2], scales [.., D/32])
+    """``query_tile`` for contiguous q [B*N, H, D] (MXFP4: codes [.., D/2], scales [.., D/32])
     and weights [B*N, H]: fewer runtime strides, fewer scalar registers. With MXFP4 keys, Q^T's
     rows are in the keys' ``mma_k_cols`` order."""
     if Q_FMT == FMT_MXFP4:
-        qT, wv = _query_tile(q, qx, w, t0, T, H, H * (D // 2), D // 2, 1, H * (D // 32), D // 32, H, 1,
+        qT, wv = query_tile(q, qx, w, t0, T, H, H * (D // 2), D // 2, 1, H * (D // 32), D // 32, H, 1,
                              Q_FMT, FNUZ, NT, HP, D, DOT_DTYPE, K_FMT == KV_MXFP4)
     else:
-        qT, wv = _query_tile(q, qx, w, t0, T, H, H * D, D, 1, 0, 0, H, 1, Q_FMT, FNUZ, NT, HP, D, DOT_DTYPE,
+        qT, wv = query_tile(q, qx, w, t0, T, H, H * D, D, 1, 0, 0, H, 1, Q_FMT, FNUZ, NT, HP, D, DOT_DTYPE,
                              K_FMT == KV_MXFP4)
     return qT, wv
 
