@@ -5,6 +5,12 @@ Nothing dense is ever written: these run on freshly loaded bytes inside a tile.
 import triton
 import triton.language as tl
 
+# Operand formats (Q_FMT / K_FMT of every kernel), one numbering for all of them:
+FMT_TENSOR = tl.constexpr(0)      # plain floating tensor (bf16 / fp16 / fp32 / native fp8), loaded as is
+FMT_MXFP4 = tl.constexpr(1)       # uint8 E2M1 codes + E8M0 scales, decoded in registers
+FMT_FP8_BYTES = tl.constexpr(2)   # e4m3 bytes decoded arithmetically (targets without that fp8 flavour)
+FMT_FP8_NATIVE = tl.constexpr(3)  # e4m3 bytes of the target's own flavour: bitcast + hardware convert
+
 
 @triton.jit
 def e2m1_twice_to_f32(code):

@@ -22,11 +22,8 @@ then the selection engine (kernels/select.py) picks each row's top-k from it.
 import triton
 import triton.language as tl
 
-from .decode import e4m3_bytes_to_f32, load_mxfp4_rows, mma_k_cols, mxfp4_rows_mma
-
-FMT_TENSOR = tl.constexpr(0)     # plain floating tensor (bf16 / fp16 / fp32 / native fp8), loaded as is
-FMT_MXFP4 = tl.constexpr(1)      # uint8 codes + E8M0 scales, decoded to fp32 in registers
-FMT_FP8_BYTES = tl.constexpr(2)  # e4m3 bytes decoded arithmetically (targets without that fp8 flavour)
+from .decode import (FMT_FP8_BYTES, FMT_MXFP4, FMT_TENSOR, e4m3_bytes_to_f32, load_mxfp4_rows, mma_k_cols,
+                     mxfp4_rows_mma)
 
 
 @triton.jit

@@ -4,15 +4,13 @@ from __future__ import annotations
 import torch
 import triton.language as tl
 
-from . import autotune, configs
+from . import autotune, configs, decode, select_launch
 from .autotune import bucket
 from .host import cdiv, next_pow2
-from . import indexer, select_launch
 from .indexer import logits_kernel
 from .select import select_kernel
 
-FMT_TENSOR, FMT_MXFP4, FMT_FP8_BYTES = (indexer.FMT_TENSOR.value, indexer.FMT_MXFP4.value,
-                                         indexer.FMT_FP8_BYTES.value)
+FMT_TENSOR, FMT_MXFP4, FMT_FP8_BYTES = decode.FMT_TENSOR.value, decode.FMT_MXFP4.value, decode.FMT_FP8_BYTES.value
 
 _TL_DTYPES = {
     torch.bfloat16: tl.bfloat16,

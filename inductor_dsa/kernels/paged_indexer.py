@@ -44,14 +44,11 @@ row, so the result equals a stable descending sort (the oracle), whatever the sp
 import triton
 import triton.language as tl
 
-from .decode import e4m3_bytes_to_f32, mxfp4_rows_mma
-from .indexer import FMT_MXFP4, query_tile, score_rows
+from .decode import FMT_FP8_NATIVE, FMT_MXFP4, e4m3_bytes_to_f32, mxfp4_rows_mma
+from .indexer import query_tile, score_rows
 from .select import sel_key, select_row
 
 PAGE = tl.constexpr(64)
-KV_MXFP4 = tl.constexpr(0)      # E2M1 codes + E8M0 scales, decoded in registers
-KV_FP8 = tl.constexpr(1)        # e4m3 of the target's native flavour: bitcast + hardware convert
-KV_FP8_BYTES = tl.constexpr(2)  # e4m3 decoded arithmetically (other flavour, interpreter)
 HIST_BINS = tl.constexpr(2048)  # histogram of the top 11 bits of the order-preserving key
 HIST_SHIFT = tl.constexpr(21)
 
@@ -81,13 +78,13 @@ def _paged_block(qT, wv, kv, page, j0, jend, num_pages, skv,
                  DOT_DTYPE: tl.constexpr, DEC_DTYPE: tl.constexpr, ALIGNED: tl.constexpr):
     """logits^T [BN, NT] of request-local rows j0 .. j0+BN-1, all in one page (rows >= jend score 0)."""
     ok, base, r = _page_rows(page, j0, jend, num_pages, skv, BN)
-    if K_FMT == KV_MXFP4:
+    if K_FMT == FMT_MXFP4:
         kt = mxfp4_rows_mma(kv, kv, base + r * (D // 2), base + PAGE * (D // 2) + r * (D // 32), ok, BN, D,
                             DEC_DTYPE, ALIGNED, DOT_DTYPE)
         blk = score_rows(qT, wv, kt, None, NT, HP, BN, DOT_DTYPE)
     else:
         x = tl.load(kv + (base + r * D)[:, None] + tl.arange(0, D)[None, :], mask=ok[:, None], other=0)
-        if K_FMT == KV_FP8:
+        if K_FMT == FMT_FP8_NATIVE:
             kt = x.to(FP8_DTYPE, bitcast=True).to(DOT_DTYPE)
         else:
             kt = e4m3_bytes_to_f32(x.to(tl.int32), FNUZ).to(DOT_DTYPE)
@@ -106,10 +103,10 @@ def _request_queries(q, qx, w, t0, T, H: tl.constexpr, Q_FMT: tl.constexpr, K_FM
     rows are in the keys' ``mma_k_cols`` order."""
     if Q_FMT == FMT_MXFP4:
         qT, wv = query_tile(q, qx, w, t0, T, H, H * (D // 2), D // 2, 1, H * (D // 32), D // 32, H, 1,
-                             Q_FMT, FNUZ, NT, HP, D, DOT_DTYPE, K_FMT == KV_MXFP4)
+                             Q_FMT, FNUZ, NT, HP, D, DOT_DTYPE, K_FMT == FMT_MXFP4)
     else:
         qT, wv = query_tile(q, qx, w, t0, T, H, H * D, D, 1, 0, 0, H, 1, Q_FMT, FNUZ, NT, HP, D, DOT_DTYPE,
-                             K_FMT == KV_MXFP4)
+                             K_FMT == FMT_MXFP4)
     return qT, wv
 
 

@@ -16,8 +16,8 @@ from .autotune import bucket
 from .fastlaunch import Arg, Launch
 from .host import cdiv, next_pow2
 from ..formats import PAGE_ROWS
-from .indexer import FMT_MXFP4, FMT_TENSOR
-from .paged_indexer import (KV_FP8, KV_FP8_BYTES, KV_MXFP4, HIST_BINS, paged_check_kernel, paged_filter_kernel,
+from .decode import FMT_FP8_BYTES, FMT_FP8_NATIVE, FMT_MXFP4, FMT_TENSOR
+from .paged_indexer import (HIST_BINS, paged_check_kernel, paged_filter_kernel,
                             paged_final_kernel, paged_gather_kernel, paged_scores_kernel, paged_select_kernel)
 
 S_MAX = 512            # most sequence chunks per request (the final kernel holds S counts in registers)
@@ -30,11 +30,11 @@ _NATIVE_FP8 = {"sm90": ("fn", tl.float8e4nv), "gfx942": ("fnuz", tl.float8e4b8)}
 def _kv_format(fmt: str, fp8_flavor: str, target: str):
     """(K_FMT, FNUZ, FP8_DTYPE) for a cache format on a target."""
     if fmt == "mxfp4":
-        return KV_MXFP4.value, False, tl.float8e4nv
+        return FMT_MXFP4.value, False, tl.float8e4nv
     flavor, dtype = _NATIVE_FP8.get(target, (None, None))
     if flavor == fp8_flavor:
-        return KV_FP8.value, fp8_flavor == "fnuz", dtype
-    return KV_FP8_BYTES.value, fp8_flavor == "fnuz", tl.float8e4nv
+        return FMT_FP8_NATIVE.value, fp8_flavor == "fnuz", dtype
+    return FMT_FP8_BYTES.value, fp8_flavor == "fnuz", tl.float8e4nv
 
 
 def tiles(n_tokens: int, heads: int, rows: int) -> tuple[int, int, int]:
