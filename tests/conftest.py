@@ -19,6 +19,21 @@ def device():
 
 
 @pytest.fixture
+def split(request, monkeypatch):
+    """Force a sequence-split plan (``paged_cases.SPLITS[param]``, parametrize with indirect=True)
+    on the paged indexer config of the device under test."""
+    import dataclasses
+
+    from inductor_dsa.kernels import configs
+    from paged_cases import SPLITS
+
+    target = configs.target_for(torch.device(DEVICE))
+    cfg = configs.PAGED[target]
+    monkeypatch.setitem(configs.PAGED, target, dataclasses.replace(cfg, **SPLITS[request.param]))
+    return request.param
+
+
+@pytest.fixture
 def gen():
     """A fresh, seeded generator per test: random inputs, reproducible failures."""
     return torch.Generator().manual_seed(torch.initial_seed() % 2**31)

@@ -15,9 +15,9 @@ import torch
 
 import inductor_dsa as idsa
 from inductor_dsa import formats, reference
-from test_indexer import _assert_logits, _assert_topk, _ranges
-from test_paged_indexer import _oracle, assert_topk, make_case
-from test_sparse_attention import assert_close, make
+from attention_cases import assert_close, make
+from indexer_cases import assert_logits, assert_topk, mask_ranges
+from paged_cases import assert_paged_topk, make_case, paged_oracle
 
 
 @dataclass
@@ -41,7 +41,7 @@ def _indexer(device, t, n, h, d, kind, topk, ranges):
         q = torch.randn(t, h, d, generator=g).bfloat16()
         k = torch.randn(n, d, generator=g).bfloat16()
         w = torch.randn(t, h, generator=g)
-        ks, ke = _ranges(ranges, t, n, g)
+        ks, ke = mask_ranges(ranges, t, n, g)
         x = dict(q=q, w=w, ks=ks, ke=ke)
         if kind == "mxfp4":
             x["k"], x["kx"] = formats.mxfp4_encode(k)
@@ -64,10 +64,10 @@ def _indexer(device, t, n, h, d, kind, topk, ranges):
     if topk is None:
         return Case(f"indexer_logits[{kind}]", mk, empty,
                     lambda x: idsa.indexer_logits(x["q"], key(x), x["w"], k_start=x["ks"], k_end=x["ke"]),
-                    lambda x, out: _assert_logits(out, ref(x), 1e-5))
+                    lambda x, out: assert_logits(out, ref(x), 1e-5))
     return Case(f"indexer_topk[{kind}, topk={topk}]", mk, empty,
                 lambda x: idsa.indexer_topk(x["q"], key(x), x["w"], topk, k_start=x["ks"], k_end=x["ke"]),
-                lambda x, out: _assert_topk(*out, ref(x), topk))
+                lambda x, out: assert_topk(*out, ref(x), topk))
 
 
 # --- paged indexer ---------------------------------------------------------------------------------
@@ -85,11 +85,11 @@ def _paged(device, what, fmt, ctx, max_pages, n, h, d, topk=None, total_rows=Non
         x["ctx"].zero_()
 
     def ref(x):
-        return _oracle(tuple(_cpu(x)[a] for a in ("q", "cache", "w", "bt", "ctx")), fmt, "fn")
+        return paged_oracle(tuple(_cpu(x)[a] for a in ("q", "cache", "w", "bt", "ctx")), fmt, "fn")
 
     def check_logits(x, out):
         r = ref(x)
-        _assert_logits(out.reshape(-1, r.shape[-1]), r.reshape(-1, r.shape[-1]), 1e-5)
+        assert_logits(out.reshape(-1, r.shape[-1]), r.reshape(-1, r.shape[-1]), 1e-5)
 
     def check_gather(x, out):
         (a, s), ks, ke = out
@@ -106,7 +106,7 @@ def _paged(device, what, fmt, ctx, max_pages, n, h, d, topk=None, total_rows=Non
     if what == "topk":
         return Case(f"paged_indexer_topk[{tag}, topk={topk}]", mk, empty,
                     lambda x: idsa.paged_indexer_topk(*args(x), topk, fmt=fmt),
-                    lambda x, out: assert_topk(*out, ref(x), topk))
+                    lambda x, out: assert_paged_topk(*out, ref(x), topk))
     return Case(f"paged_gather[{tag}, rows={total_rows}]", mk, empty,
                 lambda x: idsa.paged_gather(x["cache"], x["bt"], x["ctx"], fmt=fmt, total_rows=total_rows),
                 check_gather)

@@ -1,6 +1,7 @@
 """Shared helpers for tests/test_pass_*.py (compiling, counting swaps, fp64 oracles)."""
 from __future__ import annotations
 
+import contextlib
 import copy
 import os
 import sys
@@ -189,3 +190,14 @@ def check_case(case, dtype, args, out, eager):
     else:  # values only: compare with the oracle's sorted top-k values
         want = torch.topk(masked_to_inf(logits64), out.shape[-1], dim=-1).values
         torch.testing.assert_close(out.double(), want, rtol=tol, atol=1e-3)
+
+
+@contextlib.contextmanager
+def default_dtype(dt):
+    """torch's default dtype set to ``dt`` inside the block (restored after)."""
+    prev = torch.get_default_dtype()
+    torch.set_default_dtype(dt)
+    try:
+        yield
+    finally:
+        torch.set_default_dtype(prev)

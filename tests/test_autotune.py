@@ -286,14 +286,14 @@ def test_tuned_logits_topk_and_indexer_topk(monkeypatch):
 
 
 def test_tuned_paged_topk(monkeypatch):
-    from test_paged_indexer import _run_topk, make_case
+    from paged_cases import make_case, run_paged_topk
     case = make_case(torch.Generator().manual_seed(1), max_pages=4, ctx=[0, 70, 200])
-    shipped, tuned = _tuned_vs_shipped(monkeypatch, lambda: _run_topk(case, 16, "mxfp4", "fn"))
+    shipped, tuned = _tuned_vs_shipped(monkeypatch, lambda: run_paged_topk(case, 16, "mxfp4", "fn"))
     assert torch.equal(shipped[1], tuned[1]) and torch.equal(shipped[0], tuned[0])
 
 
 def test_tuned_sparse_attention(monkeypatch):
-    from test_sparse_attention import make
+    from attention_cases import make
     q, kv, idx, sink = make(1, 2, 16, 32, 40, 48)
     shipped, tuned = _tuned_vs_shipped(monkeypatch, lambda: inductor_dsa.sparse_attention(
         q, kv, idx, sink=sink, return_lse=True))

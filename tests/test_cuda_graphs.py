@@ -13,8 +13,8 @@ import inductor_dsa as idsa
 from inductor_dsa import checks, reference
 from op_cases import cases, flat
 from pass_helpers import check_topk
-from test_paged_indexer import _oracle, assert_topk, make_case
-from test_sparse_attention import assert_close
+from attention_cases import assert_close
+from paged_cases import assert_paged_topk, make_case, paged_oracle
 
 pytestmark = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA / ROCm GPU")
 
@@ -129,7 +129,7 @@ def _check_layer(x, got):
     t = torch.arange(T)
     ref = reference.indexer_logits(q, kv, w, torch.zeros(T, dtype=torch.int32), ((t + 1) // RATIO).int())
     check_topk(pi, ref, TOPK, values=pv)      # eager semantics: masked columns fill short rows
-    assert_topk(dv, di, _oracle((dq, cache, dw, bt, ctx), "mxfp4", "fn"), DTOPK)
+    assert_paged_topk(dv, di, paged_oracle((dq, cache, dw, bt, ctx), "mxfp4", "fn"), DTOPK)
     assert_close(aq, akv, di, sink, out, lse)
 
 

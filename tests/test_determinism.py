@@ -6,7 +6,7 @@ import torch
 
 from conftest import DEVICE
 from op_cases import cases, flat
-from test_sparse_attention import make
+from attention_cases import make
 
 from inductor_dsa.kernels import launch
 

@@ -12,8 +12,8 @@ from torch._subclasses.fake_tensor import FakeTensorMode
 import inductor_dsa as idsa
 from inductor_dsa import checks, formats, reference
 from conftest import DEVICE
-from test_paged_indexer import _dev, _oracle, assert_topk, make_case, split  # noqa: F401 (fixture)
-from test_sparse_attention import assert_close, make
+from attention_cases import assert_close, make
+from paged_cases import assert_paged_topk, make_case, paged_oracle, to_device
 
 T, H, D, K = 4, 2, 32, 6
 PAGE = formats.PAGE_ROWS
@@ -263,8 +263,8 @@ def test_block_table_garbage_past_the_context_is_accepted():
     q, cache, w, bt, ctx = make_case(torch.Generator().manual_seed(1), n=1, h=4, d=32, ctx=[70, 100])
     assert bt[0, 2] == -1 and bt[1, 2] == -1  # ctx 70, 100 of 192: one unused entry per request
     bt[0, 2], bt[1, 2] = 2**31 - 1, -(2**31)
-    vals, idx = idsa.paged_indexer_topk(*_dev((q, cache, w, bt, ctx)), 80)
-    assert_topk(vals, idx, _oracle((q, cache, w, bt, ctx), "mxfp4", "fn"), 80)
+    vals, idx = idsa.paged_indexer_topk(*to_device((q, cache, w, bt, ctx)), 80)
+    assert_paged_topk(vals, idx, paged_oracle((q, cache, w, bt, ctx), "mxfp4", "fn"), 80)
 
 
 def test_value_checks_skipped_on_fake_tensors():
@@ -364,16 +364,16 @@ def test_paged_unchecked_garbage_matches_oracle(split):
     ctx[1], ctx[4] = -7, 10**9                 # negative; past capacity (-> 192, every page used)
     bt[4] = torch.tensor([int(bt[3, 1]), -(2**31), cache.shape[0] + 1])
     case = (q, cache, w, bt, ctx)
-    ref = _oracle(case, "mxfp4", "fn")
+    ref = paged_oracle(case, "mxfp4", "fn")
     assert (ref[0, :, 64:128] == 0).all() and (ref[3, :, :64] == 0).all() and torch.isinf(ref[1]).all()
     with checks.values(False):
-        logits = idsa.paged_indexer_logits(*_dev(case)).cpu()
-        vals, idx = idsa.paged_indexer_topk(*_dev(case), 40)
-        (a, s), ks, ke = idsa.paged_gather(*_dev(_g(case)), total_rows=700)
+        logits = idsa.paged_indexer_logits(*to_device(case)).cpu()
+        vals, idx = idsa.paged_indexer_topk(*to_device(case), 40)
+        (a, s), ks, ke = idsa.paged_gather(*to_device(_g(case)), total_rows=700)
     fin = torch.isfinite(ref)
     assert torch.equal(torch.isfinite(logits), fin)
     assert (logits.double() - ref)[fin].abs().max() <= 1e-5 * ref[fin].abs().max()
-    assert_topk(vals, idx, ref, 40)
+    assert_paged_topk(vals, idx, ref, 40)
     want_a, want_s, want_ks, want_ke = reference.paged_gather(cache, bt, ctx, "mxfp4", 32, 700)
     assert torch.equal(ks.cpu(), want_ks) and torch.equal(ke.cpu(), want_ke) and int(want_ke[-1]) == 130 + 190 + 192
     assert torch.equal(a.cpu(), want_a) and torch.equal(s.cpu(), want_s)
@@ -381,9 +381,9 @@ def test_paged_unchecked_garbage_matches_oracle(split):
 
 def test_paged_all_zero_context_lens():
     case = _set(4, torch.zeros(2, **I32))(_paged())
-    logits = idsa.paged_indexer_logits(*_dev(case))
-    vals, idx = idsa.paged_indexer_topk(*_dev(case), 7)
-    (a, s), ks, ke = idsa.paged_gather(*_dev(_g(case)), total_rows=0)
+    logits = idsa.paged_indexer_logits(*to_device(case))
+    vals, idx = idsa.paged_indexer_topk(*to_device(case), 7)
+    (a, s), ks, ke = idsa.paged_gather(*to_device(_g(case)), total_rows=0)
     assert (logits == float("-inf")).all() and (idx == -1).all() and (vals == float("-inf")).all()
     assert a.shape == (0, 16) and (ks == 0).all() and (ke == 0).all()
 
@@ -439,13 +439,13 @@ def test_paged_nan_key_ranks_last():
     oracle): it ranks below every real score and, when selected, reports -inf."""
     q, cache, w, bt, ctx = make_case(torch.Generator().manual_seed(2), n=1, h=2, d=32, ctx=[20])
     cache[int(bt[0, 0]), PAGE * 16 + 5] = 0xFF                 # scale byte of row 5 (mxfp4 D=32: 16 + 1 B rows)
-    ref = _oracle((q, cache, w, bt, ctx), "mxfp4", "fn")
+    ref = paged_oracle((q, cache, w, bt, ctx), "mxfp4", "fn")
     assert ref[0, 0, 5].isnan() and torch.isfinite(ref[0, 0, :20][torch.arange(20) != 5]).all()
-    vals, idx = (t.cpu() for t in idsa.paged_indexer_topk(*_dev((q, cache, w, bt, ctx)), 20))
+    vals, idx = (t.cpu() for t in idsa.paged_indexer_topk(*to_device((q, cache, w, bt, ctx)), 20))
     assert idx[0, 0, -1] == 5 and vals[0, 0, -1] == float("-inf")
-    vals, idx = (t.cpu() for t in idsa.paged_indexer_topk(*_dev((q, cache, w, bt, ctx)), 12))
+    vals, idx = (t.cpu() for t in idsa.paged_indexer_topk(*to_device((q, cache, w, bt, ctx)), 12))
     assert not (idx == 5).any()
-    assert_topk(vals, idx, ref, 12)
+    assert_paged_topk(vals, idx, ref, 12)
 
 
 def test_paged_check_kernel_counts(gen):
@@ -466,8 +466,8 @@ def test_paged_check_kernel_counts(gen):
         used = -(-min(max(c, 0), max_len) // PAGE)
         want_pages += sum(not 0 <= p < num_pages for p in bt[b, :used].tolist())
     assert want_ctx == 3 and want_pages > 0
-    dev = _dev((cache, bt, ctx))
+    dev = to_device((cache, bt, ctx))
     assert paged_check(*dev) == (want_ctx, want_pages)
     ok = (cache, bt.clamp(0, num_pages - 1), ctx.clamp(0, max_len))
-    assert paged_check(*_dev(ok)) == (0, 0)
-    checks.paged_values(*_dev(ok))
+    assert paged_check(*to_device(ok)) == (0, 0)
+    checks.paged_values(*to_device(ok))

@@ -16,9 +16,9 @@ import torch
 import inductor_dsa as idsa
 from inductor_dsa import checks, fallback, reference
 from inductor_dsa.kernels import configs
-from test_indexer import _assert_logits, _assert_topk, _quantised
-from test_paged_indexer import _oracle, assert_topk, make_case
-from test_sparse_attention import assert_close, make
+from attention_cases import assert_close, check_special_sinks, make
+from indexer_cases import assert_logits, assert_topk, quantised
+from paged_cases import assert_paged_topk, make_case, paged_oracle
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 NAN, INF = float("nan"), float("inf")
@@ -49,13 +49,13 @@ def test_indexer_ops_match_oracle(kind, no_kernels, gen):
     w = torch.randn(13, 3, generator=gen)
     q[0, 1, 3] = NAN                                   # a NaN row (relu keeps NaN)
     if kind not in ("bf16", "fp32"):
-        q, k = _quantised(kind, q, k, gen)
+        q, k = quantised(kind, q, k, gen)
     ks = torch.randint(-2, 20, (13,), generator=gen, dtype=torch.int32)
     ke = ks + torch.randint(-3, 25, (13,), generator=gen, dtype=torch.int32)
     ref = reference.indexer_logits(q, k, w, ks, ke)
-    _assert_logits(idsa.indexer_logits(q, k, w, k_start=ks, k_end=ke), ref, 1e-5)
+    assert_logits(idsa.indexer_logits(q, k, w, k_start=ks, k_end=ke), ref, 1e-5)
     for topk in (1, 7, 40):
-        _assert_topk(*idsa.indexer_topk(q, k, w, topk, k_start=ks, k_end=ke), ref, topk)
+        assert_topk(*idsa.indexer_topk(q, k, w, topk, k_start=ks, k_end=ke), ref, topk)
 
 
 def test_topk_special_values_exact(no_kernels, gen):
@@ -82,11 +82,11 @@ def test_f32_keys_order():
 @pytest.mark.parametrize("fmt,flavor", [("mxfp4", "fn"), ("fp8", "fnuz")])
 def test_paged_ops_match_oracle(fmt, flavor, no_kernels, gen):
     case = make_case(gen, fmt=fmt, flavor=flavor, n=2, h=3, d=32, ctx=[0, 1, 65, 190])
-    ref = _oracle(case, fmt, flavor)
+    ref = paged_oracle(case, fmt, flavor)
     got = idsa.paged_indexer_logits(*case, fmt=fmt, fp8_flavor=flavor)
-    _assert_logits(got.reshape(-1, ref.shape[-1]), ref.reshape(-1, ref.shape[-1]), 1e-5)
+    assert_logits(got.reshape(-1, ref.shape[-1]), ref.reshape(-1, ref.shape[-1]), 1e-5)
     for topk in (1, 9, 200):
-        assert_topk(*idsa.paged_indexer_topk(*case, topk, fmt=fmt, fp8_flavor=flavor), ref, topk)
+        assert_paged_topk(*idsa.paged_indexer_topk(*case, topk, fmt=fmt, fp8_flavor=flavor), ref, topk)
 
 
 @pytest.mark.parametrize("sink", [False, True])
@@ -98,30 +98,10 @@ def test_sparse_attention_matches_oracle(sink, no_kernels):
     assert (out[1, 2] == 0).all() and torch.isneginf(lse[1, 2]).all()
 
 
-def _special_sinks(q, kv, idx, run):
-    """sink per head: +inf (out 0), NaN (out NaN), -inf (= no sink); lse never includes it;
-    a NaN in q: that query's out and lse are NaN (lse is not the -inf of 'no slot')."""
-    sink = torch.tensor([INF, NAN, -INF, 1.0])
-    out, lse = run(q, kv, idx, sink)
-    no_sink_out, no_sink_lse = run(q, kv, idx, None)
-    ref_out, ref_lse = reference.sparse_attention(q, kv, idx, sink, None)
-    assert (out[:, :, 0] == 0).all() and (ref_out[:, :, 0] == 0).all()
-    assert out[:, :, 1].isnan().all() and ref_out[:, :, 1].isnan().all()
-    torch.testing.assert_close(out[:, :, 2], no_sink_out[:, :, 2])
-    torch.testing.assert_close(lse, no_sink_lse)
-    torch.testing.assert_close(lse.double(), ref_lse, rtol=0, atol=1e-4)
-    q = q.clone()
-    q[0, 0, 3, 0] = NAN
-    out, lse = run(q, kv, idx, None)
-    assert out[0, 0, 3].isnan().all() and lse[0, 0, 3].isnan()
-    assert reference.sparse_attention(q, kv, idx, None, None)[1][0, 0, 3].isnan()
-    assert not lse[0, 1].isnan().any()
-
-
 def test_sparse_attention_special_sinks_and_nan(no_kernels):
     q, kv, idx, _ = make(1, 2, 4, 16, 20, 9, holes=0.2, seed=2, dtype=torch.float32, sink=False)
-    _special_sinks(q.cpu(), kv.cpu(), idx.cpu(),
-                   lambda q, kv, i, s: idsa.sparse_attention(q, kv, i, sink=s, return_lse=True))
+    check_special_sinks(q.cpu(), kv.cpu(), idx.cpu(),
+                        lambda q, kv, i, s: idsa.sparse_attention(q, kv, i, sink=s, return_lse=True))
 
 
 def test_paged_gather_matches_kernel(monkeypatch, gen):

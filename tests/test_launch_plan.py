@@ -14,7 +14,7 @@ import torch
 
 from inductor_dsa.kernels import configs, fastlaunch, paged_launch
 from conftest import DEVICE, misaligned_copy
-from test_paged_indexer import _dev, _oracle, assert_topk, make_case
+from paged_cases import assert_paged_topk, make_case, paged_oracle, to_device
 
 KERNELS = ("paged_scores_kernel", "paged_select_kernel", "paged_filter_kernel", "paged_final_kernel")
 
@@ -57,7 +57,7 @@ def _set_cfg(monkeypatch, split: bool):
 def test_reused_plan_launches_and_results_equal_a_fresh_one(split, log, monkeypatch, gen):
     _set_cfg(monkeypatch, split)
     case = make_case(gen)
-    args = (*_dev(case[:1]), None, *_dev(case[1:]), 24, "mxfp4", "fn")
+    args = (*to_device(case[:1]), None, *to_device(case[1:]), 24, "mxfp4", "fn")
     first = paged_launch.paged_topk(*args, programs=3)
     launches, log[:] = list(log), []
     assert len(paged_launch._PLANS) == 1
@@ -74,14 +74,14 @@ def test_reused_plan_launches_and_results_equal_a_fresh_one(split, log, monkeypa
     assert waves > 1  # 3 programs per wave: several waves, so it0 differs between the launches
     for got in (second, third):
         assert all(torch.equal(x, y) for x, y in zip(got, first))
-    assert_topk(*first, _oracle(case, "mxfp4", "fn"), 24)
+    assert_paged_topk(*first, paged_oracle(case, "mxfp4", "fn"), 24)
 
 
 def test_plan_key_covers_alignment_config_and_data(log, monkeypatch, gen):
     """A 1-byte-offset cache (ALIGNED off) and a new config get their own plans; new context_lens
     and block-table values (same shapes) reuse the plan: launch decisions never read data."""
     case = make_case(gen)
-    q, cache, w, bt, ctx = _dev(case)
+    q, cache, w, bt, ctx = to_device(case)
     want = paged_launch.paged_topk(q, None, cache, w, bt, ctx, 24, "mxfp4", "fn")
     got = paged_launch.paged_topk(q, None, misaligned_copy(cache), w, bt, ctx, 24, "mxfp4", "fn")
     assert len(paged_launch._PLANS) == 2
@@ -92,12 +92,12 @@ def test_plan_key_covers_alignment_config_and_data(log, monkeypatch, gen):
     _set_cfg(monkeypatch, split=False)
     got = paged_launch.paged_topk(q, None, cache, w, bt, ctx, 24, "mxfp4", "fn")
     assert len(paged_launch._PLANS) == 3
-    assert_topk(*got, _oracle(case, "mxfp4", "fn"), 24)
+    assert_paged_topk(*got, paged_oracle(case, "mxfp4", "fn"), 24)
 
 
 @pytest.mark.skipif(DEVICE != "cpu", reason="the interpreter path: every launch through kernel[grid]")
 def test_interpreter_never_takes_the_compiled_path(log, gen):
-    case = _dev(make_case(gen))
+    case = to_device(make_case(gen))
     for _ in range(2):
         paged_launch.paged_topk(case[0], None, *case[1:], 24, "mxfp4", "fn")
     plan = next(iter(paged_launch._PLANS.values()))
@@ -109,7 +109,7 @@ def test_interpreter_never_takes_the_compiled_path(log, gen):
 def test_compiled_path_equals_kernel_grid(split, monkeypatch, gen):
     _set_cfg(monkeypatch, split)
     case = make_case(gen)
-    args = (*_dev(case[:1]), None, *_dev(case[1:]), 24, "mxfp4", "fn")
+    args = (*to_device(case[:1]), None, *to_device(case[1:]), 24, "mxfp4", "fn")
     monkeypatch.setattr(paged_launch, "_PLANS", {})
     monkeypatch.setenv(fastlaunch.FAST_ENV, "0")
     want = paged_launch.paged_topk(*args)
@@ -122,4 +122,4 @@ def test_compiled_path_equals_kernel_grid(split, monkeypatch, gen):
     assert all(launch.compiled is not None for launch in next(iter(paged_launch._PLANS.values())).launches)
     assert all(torch.equal(x, y) for x, y in zip(want, want2))
     assert all(torch.equal(x, y) for x, y in zip(got, want))
-    assert_topk(*got, _oracle(case, "mxfp4", "fn"), 24)
+    assert_paged_topk(*got, paged_oracle(case, "mxfp4", "fn"), 24)

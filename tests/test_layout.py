@@ -4,14 +4,18 @@
   as attributes of an imported module (``X._name``);
 * no library file is over 600 lines;
 * no production module imports ``reference`` (the float64 oracles are for tests);
-* the symbolic engine imports nothing of DSA (patterns, lowering, ops, kernels, ...).
+* the symbolic engine imports nothing of DSA (patterns, lowering, ops, kernels, ...);
+* no file under tests/ imports a ``test_*`` module (``from test_x import ...``, ``import test_x``,
+  also inside functions): shared helpers live in helper modules (``indexer_cases``,
+  ``paged_cases``, ``attention_cases``, ``pass_helpers``, ...), shared fixtures in conftest.py.
 """
 from __future__ import annotations
 
 import ast
 import os
 
-PKG = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "inductor_dsa")
+TESTS = os.path.dirname(os.path.abspath(__file__))
+PKG = os.path.join(os.path.dirname(TESTS), "inductor_dsa")
 MAX_LINES = 600
 
 
@@ -88,3 +92,47 @@ def test_walker_sees_violations(tmp_path):
              for a in n.names if _private(a.name)]
     attrs = [n.attr for n in ast.walk(tree) if isinstance(n, ast.Attribute) and n.value.id in mods]
     assert privs == ["_y"] and attrs == ["_op"]
+
+
+def _test_module(name: str) -> bool:
+    """``test_x``, ``tests.test_x`` (and their submodules): a test module, not a helper."""
+    parts = name.split(".")
+    if parts[0] == "tests":
+        parts = parts[1:]
+    return bool(parts) and parts[0].startswith("test_")
+
+
+def imports_of_test_modules(tree):
+    """The imports in ``tree`` (anywhere: module level or inside functions) of a test module."""
+    found = []
+    for n in ast.walk(tree):
+        if isinstance(n, ast.Import):
+            found += [f"import {a.name}" for a in n.names if _test_module(a.name)]
+        elif isinstance(n, ast.ImportFrom):
+            target = "." * n.level + (n.module or "")
+            if n.module and _test_module(n.module):
+                found.append(f"from {target} import {', '.join(a.name for a in n.names)}")
+            elif n.level or n.module in (None, "tests"):   # from . import test_x / from tests import test_x
+                found += [f"from {target} import {a.name}" for a in n.names if a.name.startswith("test_")]
+    return found
+
+
+def test_tests_import_no_test_module():
+    found = []
+    for root, _, files in os.walk(TESTS):
+        for f in sorted(files):
+            if f.endswith(".py"):
+                path = os.path.join(root, f)
+                rel = os.path.relpath(path, TESTS).replace(os.sep, "/")
+                found += [f"tests/{rel}: {imp}" for imp in imports_of_test_modules(ast.parse(open(path).read()))]
+    assert not found, "tests importing from test modules (move the helper to a helper module):\n" + "\n".join(found)
+
+
+def test_test_import_walker_sees_violations():
+    tree = ast.parse("import os, test_a\nimport tests.test_b as b\nfrom test_c import x\n"
+                     "from tests.test_d import y\nfrom . import test_e\nfrom tests import test_f, helper\n"
+                     "def f():\n    from test_g import z\n"
+                     "from paged_cases import make_case\nimport torch.testing\nfrom pass_helpers import test_like\n")
+    assert imports_of_test_modules(tree) == [
+        "import test_a", "import tests.test_b", "from test_c import x", "from tests.test_d import y",
+        "from . import test_e", "from tests import test_f", "from test_g import z"]

@@ -5,8 +5,6 @@ only the rows a request can see are real encodings, so reading any other row (pa
 an unused page, a garbage block-table entry) shows up as NaN/garbage scores.
 Run: TRITON_INTERPRET=1 python -m pytest tests/test_paged_indexer.py -q
 """
-import dataclasses
-
 import pytest
 import torch
 
@@ -14,114 +12,11 @@ import inductor_dsa as idsa
 from inductor_dsa import checks, formats, reference
 from inductor_dsa.kernels import configs, paged_launch
 from conftest import DEVICE, misaligned_copy
+from paged_cases import (SPLITS, assert_paged_topk, fp8_flavor_for, make_case, paged_oracle, run_paged_topk,
+                         to_device)
 
 PAGE = formats.PAGE_ROWS
 TARGET = "interpreter" if DEVICE == "cpu" else None
-
-
-def _flavor(fmt, flavor):
-    return flavor if fmt == "fp8" else "fn"
-
-
-def make_case(gen, *, fmt="mxfp4", flavor="fn", b=4, n=2, h=8, d=64, max_pages=3, ctx=None,
-              shared=True, q_mxfp4=False, ints=False):
-    """(q, kv_cache, weights, block_table, context_lens) on the CPU.
-
-    Pages are shuffled, requests 1 and 2 share their first page when ``shared``, block-table
-    entries past the context hold garbage ids (-1, huge, random), unused rows hold random bytes."""
-    ctx = torch.tensor(ctx if ctx is not None else [0, 1, 65, 190][:b], dtype=torch.int32)
-    b = ctx.numel()
-    live = [min(max(int(c), 0), max_pages * PAGE) for c in ctx]
-    n_used = [-(-c // PAGE) for c in live]
-    num_pages = sum(n_used) + 2  # two pages nobody references
-    a, s = formats.row_bytes(fmt, d)
-    cache = torch.randint(0, 256, (num_pages, PAGE * (a + s)), generator=gen, dtype=torch.uint8)
-    perm = torch.randperm(num_pages, generator=gen).tolist()
-    bt = torch.randint(-5, 10**6, (b, max_pages), generator=gen, dtype=torch.int32)
-    bt[:, -1] = -1
-    seen = {}  # page -> rows some request can see
-    for i, k in enumerate(n_used):
-        for p in range(k):
-            if shared and i == 2 and p == 0 and n_used[1] > 0:
-                bt[i, p] = bt[1, 0]  # prefix sharing: the same physical page
-            else:
-                bt[i, p] = perm.pop()
-            pg = int(bt[i, p])
-            seen[pg] = max(seen.get(pg, 0), min(PAGE, live[i] - p * PAGE))
-    # referenced pages: real encodings in the rows someone sees, random bytes in the rest
-    for pg, rows in seen.items():
-        x = torch.randint(-2, 3, (PAGE, d), generator=gen).float() if ints else torch.randn(PAGE, d, generator=gen)
-        payload, scale = formats.encode_rows(x, fmt, _flavor(fmt, flavor))
-        page = formats.pack_pages(payload, scale)[0]
-        junk = cache[pg]
-        page[: PAGE * a].view(PAGE, a)[rows:] = junk[: PAGE * a].view(PAGE, a)[rows:]
-        page[PAGE * a:].view(PAGE, s)[rows:] = junk[PAGE * a:].view(PAGE, s)[rows:]
-        cache[pg] = page
-    if ints:
-        q = torch.randint(-2, 3, (b, n, h, d), generator=gen).bfloat16()
-        w = torch.randint(-2, 3, (b, n, h), generator=gen).bfloat16()
-    else:
-        q = torch.randn(b, n, h, d, generator=gen).bfloat16()
-        w = torch.randn(b, n, h, generator=gen)  # signed, like weights_proj output
-    if q_mxfp4:
-        q = formats.mxfp4_encode(q.float())
-    return q, cache, w, bt, ctx
-
-
-def _dev(x):
-    if isinstance(x, (tuple, list)):
-        return tuple(_dev(y) for y in x)
-    return x.to(DEVICE)
-
-
-def _run_topk(case, topk, fmt, flavor, **kw):
-    q, cache, w, bt, ctx = case
-    return idsa.paged_indexer_topk(_dev(q), _dev(cache), _dev(w), _dev(bt), _dev(ctx), topk, fmt=fmt,
-                                   fp8_flavor=_flavor(fmt, flavor), **kw)
-
-
-def _oracle(case, fmt, flavor):
-    q, cache, w, bt, ctx = case
-    return reference.paged_indexer_logits(q, cache, w, bt, ctx, fmt, _flavor(fmt, flavor))
-
-
-def assert_topk(vals, idx, ref, topk, tol=1e-5):
-    """Set-with-tolerance vs the fp64 logits [B, N, L]; values match the oracle at the chosen rows."""
-    vals, idx = vals.cpu(), idx.cpu()
-    b, n, max_len = ref.shape
-    assert vals.shape == idx.shape == (b, n, topk)
-    assert vals.dtype == torch.float32 and idx.dtype == torch.int32
-    ref2 = ref.reshape(b * n, max_len)
-    msg = reference.topk_mismatch(idx.reshape(b * n, topk), ref2, topk)
-    assert msg is None, msg
-    idx2, vals2 = idx.reshape(b * n, topk), vals.reshape(b * n, topk)
-    taken = idx2 >= 0
-    assert (vals2[~taken] == float("-inf")).all()
-    want = ref2.gather(1, idx2.long().clamp(min=0)).nan_to_num(float("-inf"), float("inf"), float("-inf"))  # NaN reads -inf
-    assert torch.equal(torch.isneginf(vals2) & taken, torch.isneginf(want) & taken)
-    taken &= torch.isfinite(want)
-    fin = ref2[torch.isfinite(ref2)]
-    scale = max(fin.abs().max().item(), 1.0) if fin.numel() else 1.0
-    assert (torch.where(taken, vals2.double() - want, 0)).abs().max() <= tol * scale
-    assert (vals2[:, :-1] >= vals2[:, 1:]).all()  # descending, -inf padding last
-
-
-# split configs: no split, chunks of 64 rows (bn 32), chunks of 48 rows (bn 16: 4 blocks per page);
-# split_min=0: these short test contexts are split on every target
-SPLITS = {
-    "nosplit": dict(chunk_min=4096, chunk_max=4096),
-    "split64": dict(bn=32, chunk_min=64, chunk_max=64, split_min=0),
-    "split48-bn16": dict(bn=16, chunk_min=48, chunk_max=48, num_warps=4, split_min=0),
-}
-
-
-@pytest.fixture
-def split(request, monkeypatch):
-    """Force a sequence-split plan on the config of the device under test."""
-    target = configs.target_for(torch.device(DEVICE))
-    cfg = configs.PAGED[target]
-    monkeypatch.setitem(configs.PAGED, target, dataclasses.replace(cfg, **SPLITS[request.param]))
-    return request.param
 
 
 @pytest.mark.parametrize("split", list(SPLITS), indirect=True)
@@ -135,8 +30,8 @@ def test_topk_nan_and_zero_ranking_exact(split, topk, gen):
     for p in bt[:, :2].flatten().unique().tolist():             # E8M0 bytes follow 64 x 16 code bytes
         if 0 <= p < cache.shape[0]:
             cache[p, PAGE * 16 + torch.randint(0, PAGE, (3,), generator=gen)] = 0xFF
-    assert _oracle(case, "mxfp4", "fn").isnan().any()
-    vals, idx = idsa.paged_indexer_topk(*_dev(case), topk, check_values=False)
+    assert paged_oracle(case, "mxfp4", "fn").isnan().any()
+    vals, idx = idsa.paged_indexer_topk(*to_device(case), topk, check_values=False)
     want_v, want_i = reference.paged_indexer_topk(*case, topk)
     assert torch.equal(idx.cpu(), want_i) and torch.equal(vals.cpu(), want_v)
 
@@ -146,9 +41,9 @@ def test_topk_nan_and_zero_ranking_exact(split, topk, gen):
 def test_topk_matches_oracle(fmt, flavor, split, gen):
     case = make_case(gen, fmt=fmt, flavor=flavor)
     stats = {}
-    q, cache, w, bt, ctx = _dev(case)
-    vals, idx = paged_launch.paged_topk(q, None, cache, w, bt, ctx, 24, fmt, _flavor(fmt, flavor), stats=stats)
-    assert_topk(vals, idx, _oracle(case, fmt, flavor), 24)
+    q, cache, w, bt, ctx = to_device(case)
+    vals, idx = paged_launch.paged_topk(q, None, cache, w, bt, ctx, 24, fmt, fp8_flavor_for(fmt, flavor), stats=stats)
+    assert_paged_topk(vals, idx, paged_oracle(case, fmt, flavor), 24)
     assert (stats["plan"].splits > 1) == (split != "nosplit")
     if split != "nosplit":
         # the histogram threshold prunes: request 3 (190 rows) has S lists of 24 candidates;
@@ -164,8 +59,8 @@ def test_topk_larger_than_context(split, gen):
     # topk 200 > contexts 0, 37, 70 and > max_len 192 (value checks off: context_lens 250 is clamped to 192)
     case = make_case(gen, ctx=[0, 37, 250, 70])
     with checks.values(False):
-        vals, idx = _run_topk(case, 200, "mxfp4", "fn")
-    assert_topk(vals, idx, _oracle(case, "mxfp4", "fn"), 200)
+        vals, idx = run_paged_topk(case, 200, "mxfp4", "fn")
+    assert_paged_topk(vals, idx, paged_oracle(case, "mxfp4", "fn"), 200)
     assert (idx[1, :, 37:] == -1).all() and (idx[2, :, 192:] == -1).all() and (idx[3, :, 70:] == -1).all()
     assert (idx[2, :, :192] >= 0).all()
 
@@ -175,16 +70,16 @@ def test_topk_larger_than_context(split, gen):
 def test_topk_tokens_and_groups(n, h, split, gen):
     # N=3, H=16: 16 query rows per program under the interpreter -> 3 token groups
     case = make_case(gen, n=n, h=h, d=32, ctx=[5, 129, 150])
-    vals, idx = _run_topk(case, 16, "mxfp4", "fn")
-    assert_topk(vals, idx, _oracle(case, "mxfp4", "fn"), 16)
+    vals, idx = run_paged_topk(case, 16, "mxfp4", "fn")
+    assert_paged_topk(vals, idx, paged_oracle(case, "mxfp4", "fn"), 16)
 
 
 @pytest.mark.parametrize("split", ["split64"], indirect=True)
 @pytest.mark.parametrize("fmt", ["mxfp4", "fp8"])
 def test_topk_mxfp4_query(fmt, split, gen):
     case = make_case(gen, fmt=fmt, q_mxfp4=True, ctx=[3, 100, 170])
-    vals, idx = _run_topk(case, 20, fmt, "fn")
-    assert_topk(vals, idx, _oracle(case, fmt, "fn"), 20)
+    vals, idx = run_paged_topk(case, 20, fmt, "fn")
+    assert_paged_topk(vals, idx, paged_oracle(case, fmt, "fn"), 20)
 
 
 @pytest.mark.parametrize("split", ["nosplit", "split64"], indirect=True)
@@ -195,7 +90,7 @@ def test_topk_ties_exact(zero_w, split, gen):
     case = make_case(gen, ctx=[0, 65, 150, 190], ints=True)
     if zero_w:
         case = case[:2] + (torch.zeros_like(case[2]),) + case[3:]
-    vals, idx = _run_topk(case, 30, "mxfp4", "fn")
+    vals, idx = run_paged_topk(case, 30, "mxfp4", "fn")
     want_v, want_i = reference.paged_indexer_topk(*case, 30)
     assert torch.equal(idx.cpu(), want_i) and torch.equal(vals.cpu(), want_v)
 
@@ -206,16 +101,16 @@ def test_out_of_range_page_reads_as_zero_row(split, gen):
     bt[0, 1] = cache.shape[0] + 7  # inside the context of request 0 (rows 64..69)
     bt[1, 0] = -3                  # rows 0..63 of request 1
     case = (q, cache, w, bt, ctx)
-    ref = _oracle(case, "mxfp4", "fn")
+    ref = paged_oracle(case, "mxfp4", "fn")
     assert (ref[0, :, 64:70] == 0).all() and (ref[1, :, :64] == 0).all()
-    vals, idx = _run_topk(case, 80, "mxfp4", "fn", check_values=False)
-    assert_topk(vals, idx, ref, 80)
+    vals, idx = run_paged_topk(case, 80, "mxfp4", "fn", check_values=False)
+    assert_paged_topk(vals, idx, ref, 80)
     with pytest.raises(ValueError, match=r"block_table\[0, 1\]"):   # value checks are on by default
-        idsa.paged_indexer_topk(*_dev(case), 8)
+        idsa.paged_indexer_topk(*to_device(case), 8)
     bad_ctx = ctx.clone()
     bad_ctx[3] = 3 * PAGE + 1
     with pytest.raises(ValueError, match="context_lens"):
-        idsa.paged_indexer_logits(*_dev((q, cache, w, bt, bad_ctx)), check_values=True)
+        idsa.paged_indexer_logits(*to_device((q, cache, w, bt, bad_ctx)), check_values=True)
 
 
 @pytest.mark.parametrize("fmt,flavor", [("mxfp4", "fn"), ("fp8", "fnuz")])
@@ -223,8 +118,8 @@ def test_logits_match_oracle(fmt, flavor, gen):
     # value checks off: context_lens past max_len (250 > 192) is clamped; -1 is clamped to 0
     case = make_case(gen, fmt=fmt, flavor=flavor, ctx=[-1, 250, 1, 77])
     q, cache, w, bt, ctx = case
-    out = idsa.paged_indexer_logits(*_dev(case), fmt=fmt, fp8_flavor=flavor, check_values=False).cpu()
-    ref = _oracle(case, fmt, flavor)
+    out = idsa.paged_indexer_logits(*to_device(case), fmt=fmt, fp8_flavor=flavor, check_values=False).cpu()
+    ref = paged_oracle(case, fmt, flavor)
     assert out.shape == (4, 2, 3 * PAGE) and out.dtype == torch.float32
     fin = torch.isfinite(ref)
     assert fin.sum() == 2 * (1 + 77 + 192)
@@ -236,7 +131,7 @@ def test_logits_match_oracle(fmt, flavor, gen):
 def test_misaligned_mxfp4_cache(offset, pad, gen):
     # MXFP4 codes are read as 32-bit words; a cache view that is not 4-byte aligned (address or
     # page stride) takes the byte-load path and must give the same result, bit for bit
-    q, cache, w, bt, ctx = _dev(make_case(gen, ctx=[5, 190, 64, 130]))
+    q, cache, w, bt, ctx = to_device(make_case(gen, ctx=[5, 190, 64, 130]))
     odd = misaligned_copy(cache, offset, pad)
     assert odd.data_ptr() % 4 or odd.stride(0) % 4
     assert torch.equal(idsa.paged_indexer_logits(q, odd, w, bt, ctx), idsa.paged_indexer_logits(q, cache, w, bt, ctx))
@@ -247,7 +142,7 @@ def test_misaligned_mxfp4_cache(offset, pad, gen):
 @pytest.mark.parametrize("fmt,flavor", [("mxfp4", "fn"), ("fp8", "fn")])
 def test_gather_feeds_prefill_topk(fmt, flavor, gen):
     q, cache, w, bt, ctx = make_case(gen, fmt=fmt, flavor=flavor, ctx=[0, 50, 70, 130])
-    k, ks, ke = idsa.paged_gather(_dev(cache), _dev(bt), _dev(ctx), fmt=fmt, fp8_flavor=flavor)
+    k, ks, ke = idsa.paged_gather(to_device(cache), to_device(bt), to_device(ctx), fmt=fmt, fp8_flavor=flavor)
     want_a, want_s, want_ks, want_ke = reference.paged_gather(cache, bt, ctx, fmt, 64)
     assert torch.equal(ks.cpu(), want_ks) and torch.equal(ke.cpu(), want_ke)
     assert ke[-1].item() == 250 and k[0].shape[0] == 250
@@ -255,16 +150,16 @@ def test_gather_feeds_prefill_topk(fmt, flavor, gen):
     assert torch.equal(k[0].view(torch.uint8).cpu(), want_a) and torch.equal(raw_s.cpu(), want_s)
     b, n, h, d = q.shape
     ts, te = idsa.paged.token_ranges(ks, ke, n)
-    vals, idx = idsa.indexer_topk(_dev(q.reshape(b * n, h, d)), k, _dev(w.reshape(b * n, h)), 16,
+    vals, idx = idsa.indexer_topk(to_device(q.reshape(b * n, h, d)), k, to_device(w.reshape(b * n, h)), 16,
                                   k_start=ts, k_end=te)
     local = torch.where(idx >= 0, idx - ts.unsqueeze(1), -1).reshape(b, n, 16)
-    assert_topk(vals.reshape(b, n, 16), local, _oracle((q, cache, w, bt, ctx), fmt, flavor), 16)
+    assert_paged_topk(vals.reshape(b, n, 16), local, paged_oracle((q, cache, w, bt, ctx), fmt, flavor), 16)
 
 
 def test_gather_total_rows(gen):
     _, cache, _, bt, ctx = make_case(gen, ctx=[3, 64, 0, 20])
     for total in (100, 70):  # more rows than the 87 live (zero tail), fewer (truncated ranges)
-        k, ks, ke = idsa.paged_gather(_dev(cache), _dev(bt), _dev(ctx), total_rows=total)
+        k, ks, ke = idsa.paged_gather(to_device(cache), to_device(bt), to_device(ctx), total_rows=total)
         want = reference.paged_gather(cache, bt, ctx, "mxfp4", 64, total)
         assert k[0].shape == (total, 32)
         for got, exp in zip((k[0], k[1], ks, ke), want):
@@ -274,14 +169,14 @@ def test_gather_total_rows(gen):
 
 def test_empty_inputs(gen):
     q, cache, w, bt, ctx = make_case(gen, ctx=[0, 0])
-    vals, idx = idsa.paged_indexer_topk(*_dev((q, cache, w, bt, ctx)), 5)
+    vals, idx = idsa.paged_indexer_topk(*to_device((q, cache, w, bt, ctx)), 5)
     assert (idx == -1).all() and (vals == float("-inf")).all()
     # max_pages = 0
-    v, i = idsa.paged_indexer_topk(*_dev((q, cache, w, bt[:, :0], ctx)), 5)
+    v, i = idsa.paged_indexer_topk(*to_device((q, cache, w, bt[:, :0], ctx)), 5)
     assert v.shape == (2, 2, 5) and (i == -1).all()
-    assert idsa.paged_indexer_logits(*_dev((q, cache, w, bt[:, :0], ctx))).shape == (2, 2, 0)
+    assert idsa.paged_indexer_logits(*to_device((q, cache, w, bt[:, :0], ctx))).shape == (2, 2, 0)
     # batch 0
-    v, i = idsa.paged_indexer_topk(*_dev((q[:0], cache, w[:0], bt[:0], ctx[:0])), 5)
+    v, i = idsa.paged_indexer_topk(*to_device((q[:0], cache, w[:0], bt[:0], ctx[:0])), 5)
     assert v.shape == (0, 2, 5)
 
 
@@ -356,7 +251,7 @@ def test_bad_format_and_topk():
 
 
 def test_opcheck(gen):
-    q, c, w, bt, cl = (_dev(x) for x in _ok_args())
+    q, c, w, bt, cl = (to_device(x) for x in _ok_args())
     utils = ("test_schema", "test_faketensor")
     torch.library.opcheck(torch.ops.inductor_dsa.paged_indexer_logits.default,
                           (q, None, c, w, bt, cl, "mxfp4", "fn"), test_utils=utils)
@@ -366,7 +261,7 @@ def test_opcheck(gen):
 
 
 def test_compiled_call_names_the_op(gen):
-    q, c, w, bt, cl = (_dev(x) for x in _ok_args())
+    q, c, w, bt, cl = (to_device(x) for x in _ok_args())
 
     def fn(q, c, w, bt, cl):
         vals, idx = idsa.paged_indexer_topk(q, c, w, bt, cl, 4)
@@ -377,4 +272,4 @@ def test_compiled_call_names_the_op(gen):
     (vals, idx), codes = run_and_get_code(torch.compile(fn, fullgraph=True), q, c, w, bt, cl)
     assert any("inductor_dsa.paged_indexer_topk" in code for code in codes)
     ref = reference.paged_indexer_logits(*_ok_args())
-    assert_topk(vals / 2, idx, ref, 4)
+    assert_paged_topk(vals / 2, idx, ref, 4)

@@ -1,6 +1,6 @@
 """64-bit addressing of the paged kernels: a key cache larger than 2**31 bytes, pages at its end.
 
-A small case (``test_paged_indexer.make_case``) is moved into a big cache, ``torch.empty`` (left
+A small case (``paged_cases.make_case``) is moved into a big cache, ``torch.empty`` (left
 uninitialised: only the used pages are written, so the CPU never touches the rest), at page ids
 whose byte offsets start just below 2**31 (the first page straddles it) and run past it. Any
 page id x page stride (or row x row bytes) computed in int32 wraps there and reads the wrong
@@ -15,7 +15,7 @@ import torch
 import inductor_dsa as idsa
 from inductor_dsa import formats, reference
 from conftest import DEVICE
-from test_paged_indexer import _flavor, _oracle, assert_topk, make_case
+from paged_cases import assert_paged_topk, fp8_flavor_for, make_case, paged_oracle
 
 PAGE = formats.PAGE_ROWS
 TWO_GIB = 2**31
@@ -38,10 +38,10 @@ def _into_big_cache(case, extra_pages=2):
 def test_topk_and_logits_on_pages_past_2gib(fmt, flavor, gen):
     case = make_case(gen, fmt=fmt, flavor=flavor, b=3, n=1, h=4, d=64, ctx=[190, 65, 130])
     (q, big, w, bt, ctx), _ = _into_big_cache(case)
-    ref = _oracle(case, fmt, flavor)
-    vals, idx = idsa.paged_indexer_topk(q, big, w, bt, ctx, 24, fmt=fmt, fp8_flavor=_flavor(fmt, flavor))
-    assert_topk(vals, idx, ref, 24)
-    out = idsa.paged_indexer_logits(q, big, w, bt, ctx, fmt=fmt, fp8_flavor=_flavor(fmt, flavor)).cpu()
+    ref = paged_oracle(case, fmt, flavor)
+    vals, idx = idsa.paged_indexer_topk(q, big, w, bt, ctx, 24, fmt=fmt, fp8_flavor=fp8_flavor_for(fmt, flavor))
+    assert_paged_topk(vals, idx, ref, 24)
+    out = idsa.paged_indexer_logits(q, big, w, bt, ctx, fmt=fmt, fp8_flavor=fp8_flavor_for(fmt, flavor)).cpu()
     fin = torch.isfinite(ref)
     assert torch.equal(torch.isfinite(out), fin) and (out[~fin] == float("-inf")).all()
     assert (out.double() - ref)[fin].abs().max() <= 1e-5 * ref[fin].abs().max()
@@ -82,4 +82,4 @@ def test_million_row_context_past_2gib(gen):
     small_bt = torch.arange(pages, dtype=torch.int32).view(1, pages)  # the same rows, in the small cache
     ref = reference.paged_indexer_logits(q.to(DEVICE), small.to(DEVICE), w.to(DEVICE), small_bt.to(DEVICE),
                                          ctx.to(DEVICE), "mxfp4")
-    assert_topk(vals, idx, ref.cpu(), topk)
+    assert_paged_topk(vals, idx, ref.cpu(), topk)

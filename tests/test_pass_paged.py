@@ -12,8 +12,7 @@ from inductor_dsa import lowering, reference
 from paged_corpus import (PAGED_CASES, PAGED_NEAR_MISSES, make_decode_inputs, module_call,
                           paged_indexer_decode)
 from pass_helpers import (SnapshotPass, case_args, check_case, check_logits, check_topk, compile_run,
-                          first_tensor_outputs, pass_only_backend)
-from test_pass_prefill import default_dtype
+                          default_dtype, first_tensor_outputs, pass_only_backend)
 
 FMT = {"paged_fp8_rows": "fp8"}
 

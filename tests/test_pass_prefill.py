@@ -5,26 +5,14 @@ the rewritten FX graph, see pass_helpers.pass_only_backend); the tests that comp
 ``inductor_dsa.backend`` (test_pass_dynamic.py, test_pass_api.py, test_pass_paged.py,
 test_pass_attention.py, test_integration.py) cover real code generation. On CPU the inductor_dsa ops run the float64 reference.
 """
-import contextlib
-
 import pytest
 import torch
 
 from pass_corpus import CASES
-from pass_helpers import case_args, check_case, compile_run
+from pass_helpers import case_args, check_case, compile_run, default_dtype
 
 PARAMS = [pytest.param(c, dt, id=f"{c.name}-{str(dt).replace('torch.', '')}")
           for c in CASES for dt in c.dtypes]
-
-
-@contextlib.contextmanager
-def default_dtype(dt):
-    prev = torch.get_default_dtype()
-    torch.set_default_dtype(dt)
-    try:
-        yield
-    finally:
-        torch.set_default_dtype(prev)
 
 
 @pytest.mark.parametrize("case,dtype", PARAMS)

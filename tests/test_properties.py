@@ -5,27 +5,17 @@ a drawn integer (random normals, never all-zero). Example counts are small and d
 so the file stays fast under TRITON_INTERPRET=1 and runs the same examples every time
 (``INDUCTOR_DSA_EXAMPLES`` scales them up for a longer, fresh run).
 """
-import os
-
 import pytest
 import torch
-from hypothesis import given, settings, strategies as st
+from hypothesis import given, strategies as st
 
 import inductor_dsa as idsa
 from inductor_dsa import checks, reference
 from conftest import DEVICE
-from test_indexer import _assert_logits, _assert_topk, _dev, _quantised, _tol
-from test_paged_indexer import _dev as _pdev, assert_topk as assert_paged_topk, make_case
-from test_sparse_attention import assert_close, make
-
-# INDUCTOR_DSA_EXAMPLES=k multiplies every example count by k and draws fresh examples (not
-# derandomized): the larger run on a GPU. CI runs the small fixed set (k = 1).
-SCALE = int(os.environ.get("INDUCTOR_DSA_EXAMPLES", "1"))
-
-
-def examples(n: int) -> settings:
-    return settings(max_examples=n * SCALE, deadline=None, derandomize=SCALE == 1)
-
+from attention_cases import assert_close, make
+from indexer_cases import assert_logits, assert_topk, logits_tol, quantised, to_device_each
+from paged_cases import assert_paged_topk, make_case, to_device
+from property_settings import examples
 
 FEW = examples(6)
 SOME = examples(10)
@@ -69,7 +59,7 @@ def _indexer_case(seed, kind, t, n, h):
     k = torch.randn(n, d, generator=g).to(dtype)
     w = torch.randn(t, h, generator=g).to(dtype)
     if kind not in ("bf16", "fp32"):
-        q, k = _quantised(kind, q, k, g)
+        q, k = quantised(kind, q, k, g)
     return q, k, w, g
 
 
@@ -83,9 +73,9 @@ def _call_ranges(ks, ke):
 def test_indexer_logits_matches_oracle(seed, kind, t, n, h, rk):
     q, k, w, g = _indexer_case(seed, kind, t, n, h)
     ks, ke = _ranges(rk, t, n, g)
-    out = idsa.indexer_logits(*_dev(q, k, w), **_call_ranges(ks, ke))
+    out = idsa.indexer_logits(*to_device_each(q, k, w), **_call_ranges(ks, ke))
     assert out.dtype == torch.float32 and out.shape == (t, n)
-    _assert_logits(out, reference.indexer_logits(q, k, w, ks, ke), _tol(kind))
+    assert_logits(out, reference.indexer_logits(q, k, w, ks, ke), logits_tol(kind))
 
 
 @pytest.mark.parametrize("kind", KINDS)
@@ -97,9 +87,9 @@ def test_indexer_topk_matches_oracle(seed, kind, t, n, h, rk, extra):
     q, k, w, g = _indexer_case(seed, kind, t, n, h)
     ks, ke = _ranges(rk, t, n, g)
     topk = max(1, n + extra)
-    vals, idx = idsa.indexer_topk(*_dev(q, k, w), topk, **_call_ranges(ks, ke))
+    vals, idx = idsa.indexer_topk(*to_device_each(q, k, w), topk, **_call_ranges(ks, ke))
     ref = reference.indexer_logits(q, k, w, ks, ke)
-    _assert_topk(vals, idx, ref, topk, _tol(kind))
+    assert_topk(vals, idx, ref, topk, logits_tol(kind))
     n_vis = torch.isfinite(ref).sum(1)
     assert ((idx.cpu() >= 0).sum(1) == n_vis.clamp(max=topk)).all()
 
@@ -109,8 +99,8 @@ def test_indexer_topk_matches_oracle(seed, kind, t, n, h, rk, extra):
 def test_indexer_topk_deterministic(seed, t, n, h, rk, topk):
     q, k, w, g = _indexer_case(seed, "bf16", t, n, h)
     ks, ke = _ranges(rk, t, n, g)
-    a = idsa.indexer_topk(*_dev(q, k, w), topk, **_call_ranges(ks, ke))
-    b = idsa.indexer_topk(*_dev(q, k, w), topk, **_call_ranges(ks, ke))
+    a = idsa.indexer_topk(*to_device_each(q, k, w), topk, **_call_ranges(ks, ke))
+    b = idsa.indexer_topk(*to_device_each(q, k, w), topk, **_call_ranges(ks, ke))
     assert torch.equal(a[1], b[1]) and torch.equal(a[0], b[0])
 
 
@@ -127,8 +117,8 @@ def test_indexer_topk_nan_matches_oracle(seed, t, n, h, rk, topk, where):
         k[int(torch.randint(0, n, (1,), generator=g)), 0] = float("nan")
     ks, ke = _ranges(rk, t, n, g)
     ref = reference.indexer_logits(q, k, w, ks, ke)
-    _assert_logits(idsa.indexer_logits(*_dev(q, k, w), **_call_ranges(ks, ke)), ref, 1e-5)
-    _assert_topk(*idsa.indexer_topk(*_dev(q, k, w), topk, **_call_ranges(ks, ke)), ref, topk)
+    assert_logits(idsa.indexer_logits(*to_device_each(q, k, w), **_call_ranges(ks, ke)), ref, 1e-5)
+    assert_topk(*idsa.indexer_topk(*to_device_each(q, k, w), topk, **_call_ranges(ks, ke)), ref, topk)
 
 
 @SOME
@@ -165,15 +155,15 @@ def test_paged_indexer_topk_matches_oracle(seed, fmt, ctx, n, h, topk, shared, q
                      q_mxfp4=q_mxfp4)
     q, cache, w, bt, cl = case
     with checks.values(False):
-        vals, idx = idsa.paged_indexer_topk(_pdev(q), _pdev(cache), _pdev(w), _pdev(bt), _pdev(cl), topk,
-                                            fmt=fmt, fp8_flavor=flavor)
+        vals, idx = idsa.paged_indexer_topk(to_device(q), to_device(cache), to_device(w), to_device(bt),
+                                            to_device(cl), topk, fmt=fmt, fp8_flavor=flavor)
     ref = reference.paged_indexer_logits(q, cache, w, bt, cl, fmt, flavor)
     assert_paged_topk(vals, idx, ref, topk)
     live = cl.long().clamp(0, bt.shape[1] * 64).view(-1, 1)
     assert ((idx.cpu() >= 0).sum(-1) == live.clamp(max=topk)).all()
     with checks.values(False):
-        a, b = idsa.paged_indexer_topk(_pdev(q), _pdev(cache), _pdev(w), _pdev(bt), _pdev(cl), topk,
-                                       fmt=fmt, fp8_flavor=flavor)
+        a, b = idsa.paged_indexer_topk(to_device(q), to_device(cache), to_device(w), to_device(bt),
+                                       to_device(cl), topk, fmt=fmt, fp8_flavor=flavor)
     assert torch.equal(idx, b) and torch.equal(vals, a)      # deterministic, bitwise
 
 

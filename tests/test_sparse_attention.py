@@ -14,45 +14,11 @@ import torch
 import inductor_dsa
 from inductor_dsa import reference
 from inductor_dsa.kernels import configs
+from attention_cases import DEVICE, OUT_TOL, assert_close, check_special_sinks, make
 
-if configs.interpreting():
-    DEVICE = "cpu"
-elif torch.cuda.is_available():
-    DEVICE = "cuda"
-else:
+if not configs.interpreting() and not torch.cuda.is_available():
     pytest.skip("needs TRITON_INTERPRET=1 or a GPU (else the op runs the oracle itself)",
                 allow_module_level=True)
-
-# |out - oracle| <= OUT_TOL * max|kv| + 2**-7 |oracle|   (bf16 output rounding is <= 2**-8 relative)
-OUT_TOL = 1e-4 if DEVICE == "cpu" else 1e-2
-LSE_TOL = 1e-4 if DEVICE == "cpu" else 2e-3
-
-
-def make(b, m, h, d, n, topk, *, holes=0.2, seed=0, dtype=torch.bfloat16, sink=True):
-    g = torch.Generator().manual_seed(seed)
-    q = torch.randn(b, m, h, d, generator=g).to(dtype)
-    kv = torch.randn(b, n, d, generator=g).to(dtype)
-    idx = torch.randint(0, max(n, 1), (b, m, topk), generator=g, dtype=torch.int32)
-    idx[torch.rand(b, m, topk, generator=g) < holes] = -1
-    s = (torch.rand(h, generator=g) * 4 + 1) if sink else None  # comparable to log(sum exp s_j)
-    to = lambda x: None if x is None else x.to(DEVICE)
-    return to(q), to(kv), to(idx), to(s)
-
-
-def assert_close(q, kv, idx, sink, out, lse, scale=None):
-    ref_out, ref_lse = reference.sparse_attention(q.cpu(), kv.cpu(), idx.cpu(),
-                                                  None if sink is None else sink.cpu(), scale)
-    assert out.dtype == q.dtype and out.shape == q.shape
-    assert lse.dtype == torch.float32 and lse.shape == q.shape[:3]
-    out, lse = out.cpu().double(), lse.cpu().double()
-    assert not out.isnan().any() and not lse.isnan().any()
-    tol = OUT_TOL * kv.abs().max().item() + 2**-7 * ref_out.abs()
-    err = (out - ref_out).abs()
-    assert (err <= tol).all(), f"max out error {err.max().item():.3g} (worst excess {(err - tol).max().item():.3g})"
-    assert torch.equal(torch.isneginf(lse), torch.isneginf(ref_lse)), "lse -inf pattern differs"
-    fin = torch.isfinite(ref_lse)
-    torch.testing.assert_close(lse[fin], ref_lse[fin], rtol=0, atol=LSE_TOL)
-    return ref_out, ref_lse
 
 
 CASES = [  # b, m, h, d, n, topk, sink
@@ -249,7 +215,6 @@ def test_out_of_range_indices_raise(monkeypatch, value):
 def test_special_sinks_and_nan_q(splits):
     """sink +inf: out 0; NaN sink: out NaN; -inf: no sink; lse never includes the sink; a NaN in q
     makes that query's out AND lse NaN (lse -inf would say 'no slot' and hide it in an lse merge)."""
-    from test_fallback import _special_sinks
     from inductor_dsa.kernels import launch
     q, kv, idx, _ = make(1, 2, 4, 16, 20, 9, holes=0.2, seed=2, dtype=torch.float32, sink=False)
 
@@ -257,4 +222,4 @@ def test_special_sinks_and_nan_q(splits):
         q, kv, i = q.to(DEVICE), kv.to(DEVICE), i.to(DEVICE)
         out, lse = launch.sparse_attention(q, kv, i, None if s is None else s.to(DEVICE), 16 ** -0.5, splits)
         return out.cpu(), lse.cpu()
-    _special_sinks(q.cpu(), kv.cpu(), idx.cpu(), run)
+    check_special_sinks(q.cpu(), kv.cpu(), idx.cpu(), run)

@@ -15,8 +15,8 @@ import inductor_dsa as idsa
 from inductor_dsa import formats
 from inductor_dsa.kernels import configs
 from conftest import DEVICE
-from test_paged_indexer import make_case
-from test_properties import examples
+from paged_cases import make_case
+from property_settings import examples
 
 
 def strided(x):
