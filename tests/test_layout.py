@@ -136,3 +136,12 @@ def test_test_import_walker_sees_violations():
     assert imports_of_test_modules(tree) == [
         "import test_a", "import tests.test_b", "from test_c import x", "from tests.test_d import y",
         "from . import test_e", "from tests import test_f", "from test_g import z"]
+
+
+def test_validation_launches_nothing():
+    """checks.py (validation) imports nothing from kernels/: the value check's counting kernel is
+    launched by its caller (paged.py), which hands checks.paged_values the counts."""
+    tree = ast.parse(open(os.path.join(PKG, "checks.py")).read())
+    kernels = [n.module for n in ast.walk(tree) if isinstance(n, ast.ImportFrom) and "kernels" in (n.module or "")]
+    kernels += [a.name for n in ast.walk(tree) if isinstance(n, ast.Import) for a in n.names if "kernels" in a.name]
+    assert not kernels, kernels
