@@ -35,7 +35,7 @@ import triton  # noqa: E402
 
 import inductor_dsa  # noqa: E402
 from inductor_dsa import reference  # noqa: E402
-from inductor_dsa.kernels import configs, launch  # noqa: E402
+from inductor_dsa.kernels import attention_launch, configs  # noqa: E402
 
 WINDOW = 128
 D = 512
@@ -162,8 +162,8 @@ def main() -> None:
             for m in (1, 2):
                 q, kv, idx = decode_inputs(64, m, h, 1024, 8192, dev, g)
                 sink = torch.rand(h, generator=g, device=dev) * 4 + 1
-                blocks = 64 * m * triton.cdiv(h, launch.sparse_attention_heads(cfg, h))
-                splits = launch.sparse_attention_splits(dev, cfg, blocks, 1152)
+                blocks = 64 * m * triton.cdiv(h, attention_launch.sparse_attention_heads(cfg, h))
+                splits = attention_launch.sparse_attention_splits(dev, cfg, blocks, 1152)
                 run_case(f"decode B64 M{m} H{h} s{splits}", q, kv, idx, sink, compiled, results)
                 del q, kv, idx
     meta = dict(device=env_line().split(",")[0], torch=torch.__version__, triton=triton.__version__,

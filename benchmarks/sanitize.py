@@ -25,7 +25,7 @@ if not torch.cuda.is_available():
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 import inductor_dsa as idsa  # noqa: E402
 from inductor_dsa import checks, formats  # noqa: E402
-from inductor_dsa.kernels import launch  # noqa: E402
+from inductor_dsa.kernels import attention_launch  # noqa: E402
 
 DEV = "cuda" if torch.cuda.is_available() else "cpu"
 G = torch.Generator().manual_seed(0)
@@ -126,7 +126,7 @@ def sparse():
     idx = torch.randint(0, 50, (2, 3, 300), generator=G)
     idx[0, 0, ::3] = -1
     q3, kv3 = rnd(2, 3, 5, 64), rnd(2, 50, 64)
-    run("sparse_attention split-KV x3 (partials + combine), H=5", lambda: launch.sparse_attention(
+    run("sparse_attention split-KV x3 (partials + combine), H=5", lambda: attention_launch.sparse_attention(
         q3, kv3, idx.to(DEV), None, 0.125, splits=3))
     bad = idx.clone().long()
     bad[1, 2, :7] = torch.tensor([50, 51, -2, 2**40, -(2**40), 10**9, 49])

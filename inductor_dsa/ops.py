@@ -168,8 +168,8 @@ def sparse_attention(q: Tensor, kv: Tensor, indices: Tensor, sink: Optional[Tens
     """(out [B, M, H, D] q.dtype, lse fp32 [B, M, H]); index values outside [-1, N) are treated as -1 here."""
     checks.sparse_attention(q, kv, indices, sink, scale)
     if configs.use_kernels(q.device):
-        from .kernels import launch
-        return launch.sparse_attention(q, kv, indices, sink, scale)
+        from .kernels import attention_launch
+        return attention_launch.sparse_attention(q, kv, indices, sink, scale)
     return fallback.sparse_attention(q, kv, indices, sink, scale)
 
 

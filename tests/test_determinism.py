@@ -8,7 +8,7 @@ from conftest import DEVICE
 from op_cases import cases, flat
 from attention_cases import make
 
-from inductor_dsa.kernels import launch
+from inductor_dsa.kernels import attention_launch
 
 REPEATS = 10 if DEVICE == "cuda" else 3
 CASES = cases(DEVICE)
@@ -29,7 +29,7 @@ def test_bitwise_repeatable(case):
 def test_sparse_attention_split_kv_repeatable(splits):
     """Split-KV (partials + combine kernel) forced at a small size, so the interpreter covers it too."""
     q, kv, idx, s = make(1, 2, 3, 16, 40, 37, seed=8)
-    first = launch.sparse_attention(q, kv, idx, s, 0.25, splits=splits)
+    first = attention_launch.sparse_attention(q, kv, idx, s, 0.25, splits=splits)
     for _ in range(REPEATS - 1):
-        again = launch.sparse_attention(q, kv, idx, s, 0.25, splits=splits)
+        again = attention_launch.sparse_attention(q, kv, idx, s, 0.25, splits=splits)
         assert all(torch.equal(a, b) for a, b in zip(first, again))

@@ -105,25 +105,25 @@ def test_large_scale_fp32(scale):
 # D = 128: the combine runs 2 column chunks; 8 splits of 70 slots: the last ones are empty
 @pytest.mark.parametrize("splits,d", [(2, 32), (3, 128), (8, 64)])
 def test_split_kv(splits, d):
-    from inductor_dsa.kernels import launch
+    from inductor_dsa.kernels import attention_launch
     q, kv, idx, s = make(1, 3, 16, d, 60, 70, holes=0.3, seed=17 + splits)
     idx[0, 0] = -1
     idx[0, 1, :40] = -1                 # some splits see nothing
     for sink in (s, None):
-        out, lse = launch.sparse_attention(q, kv, idx, sink, d**-0.5, splits=splits)
+        out, lse = attention_launch.sparse_attention(q, kv, idx, sink, d**-0.5, splits=splits)
         assert_close(q, kv, idx, sink, out, lse)
 
 
 def test_split_heuristic(monkeypatch):
-    from inductor_dsa.kernels import launch
+    from inductor_dsa.kernels import attention_launch
     cfg = configs.SPARSE_ATTENTION["sm90"]
-    assert launch.sparse_attention_splits(torch.device("cpu"), cfg, 1, 4096) == 1
+    assert attention_launch.sparse_attention_splits(torch.device("cpu"), cfg, 1, 4096) == 1
     monkeypatch.setattr(configs, "multiprocessors", lambda index: 132)
     cuda = torch.device("cuda", 0)
-    got = {p: launch.sparse_attention_splits(cuda, cfg, p, 1152) for p in (1, 16, 32, 64, 100, 128, 4096)}
+    got = {p: attention_launch.sparse_attention_splits(cuda, cfg, p, 1152) for p in (1, 16, 32, 64, 100, 128, 4096)}
     assert got == {1: 8, 16: 8, 32: 4, 64: 2, 100: 1, 128: 1, 4096: 1}  # fill one wave, split only below it
-    assert launch.sparse_attention_splits(cuda, cfg, 64, 2 * 2 * cfg.bn - 1) == 1  # >= 2 tiles per split
-    assert launch.sparse_attention_splits(cuda, cfg, 1, 640) == 640 // (2 * cfg.bn)  # batch-1 decode, top-640
+    assert attention_launch.sparse_attention_splits(cuda, cfg, 64, 2 * 2 * cfg.bn - 1) == 1  # >= 2 tiles per split
+    assert attention_launch.sparse_attention_splits(cuda, cfg, 1, 640) == 640 // (2 * cfg.bn)  # batch-1 decode, top-640
 
 
 @pytest.mark.parametrize("gather", [0, 1])
@@ -191,11 +191,11 @@ BAD = [
 
 @pytest.mark.parametrize("over,exc,name", BAD)
 def test_bad_inputs_raise_before_launch(monkeypatch, over, exc, name):
-    from inductor_dsa.kernels import launch
+    from inductor_dsa.kernels import attention_launch
 
     def no_launch(*a, **k):
         raise AssertionError("launched before validation")
-    monkeypatch.setattr(launch, "sparse_attention", no_launch)
+    monkeypatch.setattr(attention_launch, "sparse_attention", no_launch)
     args = _bad(**{k: (v.to(DEVICE) if isinstance(v, torch.Tensor) else v) for k, v in over.items()})
     with pytest.raises(exc, match=name):
         inductor_dsa.sparse_attention(args["q"], args["kv"], args["indices"], sink=args["sink"], scale=args["scale"])
@@ -203,8 +203,8 @@ def test_bad_inputs_raise_before_launch(monkeypatch, over, exc, name):
 
 @pytest.mark.parametrize("value", [10, 11, -2, -(1 << 31)])
 def test_out_of_range_indices_raise(monkeypatch, value):
-    from inductor_dsa.kernels import launch
-    monkeypatch.setattr(launch, "sparse_attention", lambda *a, **k: pytest.fail("launched"))
+    from inductor_dsa.kernels import attention_launch
+    monkeypatch.setattr(attention_launch, "sparse_attention", lambda *a, **k: pytest.fail("launched"))
     args = _bad()
     args["indices"][0, 1, 2] = value
     with pytest.raises(ValueError, match=r"indices must lie in \[-1, 10\)"):
@@ -215,11 +215,11 @@ def test_out_of_range_indices_raise(monkeypatch, value):
 def test_special_sinks_and_nan_q(splits):
     """sink +inf: out 0; NaN sink: out NaN; -inf: no sink; lse never includes the sink; a NaN in q
     makes that query's out AND lse NaN (lse -inf would say 'no slot' and hide it in an lse merge)."""
-    from inductor_dsa.kernels import launch
+    from inductor_dsa.kernels import attention_launch
     q, kv, idx, _ = make(1, 2, 4, 16, 20, 9, holes=0.2, seed=2, dtype=torch.float32, sink=False)
 
     def run(q, kv, i, s):
         q, kv, i = q.to(DEVICE), kv.to(DEVICE), i.to(DEVICE)
-        out, lse = launch.sparse_attention(q, kv, i, None if s is None else s.to(DEVICE), 16 ** -0.5, splits)
+        out, lse = attention_launch.sparse_attention(q, kv, i, None if s is None else s.to(DEVICE), 16 ** -0.5, splits)
         return out.cpu(), lse.cpu()
     check_special_sinks(q.cpu(), kv.cpu(), idx.cpu(), run)

@@ -22,7 +22,7 @@ then the selection engine (kernels/select.py) picks each row's top-k from it.
 import triton
 import triton.language as tl
 
-from .decode import (FMT_FP8_BYTES, FMT_MXFP4, FMT_TENSOR, e4m3_bytes_to_f32, load_mxfp4_rows, mma_k_cols,
+from .decode import (FMT_FP8_BYTES, FMT_MXFP4, e4m3_bytes_to_f32, load_mxfp4_rows, mma_k_cols,
                      mxfp4_rows_mma)
 
 
