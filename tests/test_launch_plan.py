@@ -123,3 +123,23 @@ def test_compiled_path_equals_kernel_grid(split, monkeypatch, gen):
     assert all(torch.equal(x, y) for x, y in zip(want, want2))
     assert all(torch.equal(x, y) for x, y in zip(got, want))
     assert_paged_topk(*got, paged_oracle(case, "mxfp4", "fn"), 24)
+
+
+def test_direct_calls_only_where_their_argument_order_was_checked(monkeypatch):
+    """The compiled kernel is called directly only on CUDA with a Triton in VERIFIED_TRITON, not under
+    the interpreter and not with INDUCTOR_DSA_FAST_LAUNCH=0; everything else goes through kernel[grid]."""
+    monkeypatch.setattr(configs, "interpreting", lambda: False)
+    monkeypatch.setattr(torch.version, "hip", None)
+    monkeypatch.delenv(fastlaunch.FAST_ENV, raising=False)
+    for version, allowed in (("3.6.0", True), ("3.7.1", True), ("3.8.0", False), ("3.60.0", False), ("4.0.0", False)):
+        monkeypatch.setattr(fastlaunch.triton, "__version__", version)
+        assert fastlaunch._fast_allowed() is allowed, version
+    monkeypatch.setattr(fastlaunch.triton, "__version__", "3.7.1")
+    monkeypatch.setenv(fastlaunch.FAST_ENV, "0")
+    assert not fastlaunch._fast_allowed()
+    monkeypatch.delenv(fastlaunch.FAST_ENV)
+    monkeypatch.setattr(torch.version, "hip", "6.4")
+    assert not fastlaunch._fast_allowed()
+    monkeypatch.setattr(torch.version, "hip", None)
+    monkeypatch.setattr(configs, "interpreting", lambda: True)
+    assert not fastlaunch._fast_allowed()

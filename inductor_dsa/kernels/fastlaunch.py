@@ -11,13 +11,16 @@ of the plan: the first call goes through Triton and keeps the compiled kernel it
 calls invoke that kernel's launcher with the same positional arguments Triton passes
 (``CompiledKernel.run(gx, gy, gz, stream, function, packed_metadata, metadata, enter, exit, *args)``,
 triton 3.4-3.7). Same kernel, same arguments, same stream: results are unchanged and the launch
-stays CUDA-graph capturable. Under the interpreter, with a launch hook installed (profilers), or
-with ``INDUCTOR_DSA_FAST_LAUNCH=0``, every call is ``kernel[grid](...)``.
+stays CUDA-graph capturable. Under the interpreter, with a launch hook installed (profilers), with
+``INDUCTOR_DSA_FAST_LAUNCH=0``, on ROCm, or with a Triton outside ``VERIFIED_TRITON``, every call
+is ``kernel[grid](...)``.
 """
 from __future__ import annotations
 
 import os
 
+import torch
+import triton
 from triton import knobs
 from triton.runtime.driver import driver
 
@@ -26,8 +29,14 @@ from . import configs
 FAST_ENV = "INDUCTOR_DSA_FAST_LAUNCH"
 
 
+# where the direct call's argument order was checked: run on the H200 (CUDA, triton 3.6) and read
+# in triton 3.7's source; other Tritons and ROCm (not run anywhere) keep kernel[grid]
+VERIFIED_TRITON = ("3.6.", "3.7.")
+
+
 def _fast_allowed() -> bool:
-    return not configs.interpreting() and os.environ.get(FAST_ENV, "1") != "0"
+    return (not configs.interpreting() and os.environ.get(FAST_ENV, "1") != "0" and torch.version.hip is None
+            and triton.__version__.startswith(VERIFIED_TRITON))
 
 
 def _hooked() -> bool:
