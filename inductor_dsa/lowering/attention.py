@@ -14,7 +14,7 @@ import torch.fx as fx
 
 from .. import ops  # noqa: F401  (registers torch.ops.inductor_dsa.*)
 from ..patterns.attention import READS, AttentionForm, read_attention, render
-from ..symbolic import Atoms, Interpreter, Reject, packet
+from ..symbolic import Atoms, Interpreter, packet
 from ..symbolic.emit import arrange, prod, sizer, sym_nodes
 from ..symbolic import splice
 from . import report
@@ -29,21 +29,10 @@ def op_dtype(form: AttentionForm) -> torch.dtype:
     return form.q.dtype if len(dts) == 1 else torch.float32
 
 
-class AttentionReplacement:
+class AttentionReplacement(splice.Call):
     def __init__(self, form: AttentionForm, atoms: Atoms, graph: fx.Graph):
-        self.f, self.A = form, atoms
-        self.tensors = [form.q, form.kv, form.indices] + ([form.sink] if form.sink is not None else [])
-        for t in self.tensors:
-            if len(set(a for d in t.dims for a in d)) != sum(len(d) for d in t.dims):
-                raise Reject(f"{t.node.name} repeats an index (a diagonal), not supported")
-        self.sym_nodes = sym_nodes(graph)
-
-    def specialize(self):
-        for e in self.f.static:
-            self.A.shapes.specialize(e)
-
-    def args(self):
-        return [t.node for t in self.tensors] + self.sym_nodes
+        super().__init__(form, atoms, [form.q, form.kv, form.indices] + ([form.sink] if form.sink is not None else []),
+                         sym_nodes(graph))
 
     def __call__(self, *args):
         f = self.f

@@ -48,21 +48,18 @@ class TopkSpec:
 
 
 # ---- the replacement --------------------------------------------------------------------------
-class Replacement:
+class Replacement(splice.Call):
     """The op call for ``form``: its logits, or its top-k (``topk``). With ``scores`` (a tensor
     over the form's rows and keys holding the unmasked logits, e.g. partial scores summed across
     ranks) the top-k selects from that tensor with ``logits_topk`` instead of recomputing it."""
 
     def __init__(self, form: IndexerForm, atoms: Atoms, topk: Optional[TopkSpec], graph: fx.Graph,
                  scores: Optional[Term] = None):
-        self.f, self.A, self.topk, self.scores = form, atoms, topk, scores
         f = form
         operands = [scores] if scores is not None else [f.q, f.k] + list(f.weights)
-        self.tensors = operands + [Term(n, atoms.flat_dims(d), None) for _, n, d in f.mask_leaves]
-        self.sym_nodes = sym_nodes(graph, topk)
-        for t in self.tensors:
-            if len(set(a for d in t.dims for a in d)) != sum(len(d) for d in t.dims):
-                raise Reject(f"{t.node.name} repeats an index (a diagonal), not supported")
+        super().__init__(form, atoms, operands + [Term(n, atoms.flat_dims(d), None) for _, n, d in f.mask_leaves],
+                         sym_nodes(graph, topk))
+        self.topk, self.scores = topk, scores
         self.n_batch = None
         if topk is None and f.batch:  # logits with a per-batch k: one op call per batch
             nb = sympy.Mul(*[atoms.size(a) for a in f.batch])
@@ -82,14 +79,6 @@ class Replacement:
         if isinstance(self._k, fx.Node):
             self._k = syms[self.sym_nodes.index(self._k)]
         return tens, env, size
-
-    def specialize(self):
-        """Install the guards the replacement relies on (call once every check has passed)."""
-        for e in self.f.static:
-            self.A.shapes.specialize(e)
-
-    def args(self):
-        return [t.node for t in self.tensors] + self.sym_nodes
 
     def __call__(self, *args):
         f, A = self.f, self.A

@@ -31,6 +31,26 @@ class Plan:
     pre: Optional["Plan"] = None
 
 
+class Call:
+    """Base of a replacement object: its graph ``tensors`` (terms with ``.node`` and ``.dims``, no
+    index repeated within one: a diagonal is rejected) then ``sym_nodes`` are the traced function's
+    arguments; ``specialize`` guards the ``static`` size expressions of its form ``f``."""
+
+    def __init__(self, form, atoms, tensors: list, sym_nodes: list):
+        for t in tensors:
+            if len(set(a for d in t.dims for a in d)) != sum(len(d) for d in t.dims):
+                raise Reject(f"{t.node.name} repeats an index (a diagonal), not supported")
+        self.f, self.A, self.tensors, self.sym_nodes = form, atoms, tensors, sym_nodes
+
+    def specialize(self):
+        """Install the guards the replacement relies on (call once every check has passed)."""
+        for e in self.f.static:
+            self.A.shapes.specialize(e)
+
+    def args(self):
+        return [t.node for t in self.tensors] + self.sym_nodes
+
+
 def trace(fn, args):
     """``fn`` traced on the fake values of the nodes ``args`` (symbolic sizes stay symbolic)."""
     from torch._inductor.pattern_matcher import fwd_only
