@@ -61,11 +61,13 @@ def compile_run(fn, args, backend=None, dynamic=None):
 
 # ---- fp64 oracle --------------------------------------------------------------------------------
 _DOWNCASTS = {torch.Tensor.float, torch.Tensor.half, torch.Tensor.bfloat16}
+_EXACT = (torch.int64, torch.int32, torch.int16, torch.int8, torch.uint8, torch.bool)  # exact in float64
 
 
 class CaptureTopk(TorchFunctionMode):
     """Records the input of every top-k call; keeps float64 through explicit float casts
-    (``.float()``, ``.to(torch.float32)``) so the oracle really is float64."""
+    (``.float()``, ``.to(torch.float32)``), and casts integers to float64 there, so the oracle really
+    is float64."""
 
     def __init__(self):
         super().__init__()
@@ -75,12 +77,13 @@ class CaptureTopk(TorchFunctionMode):
         kwargs = kwargs or {}
         if func in (torch.topk, torch.Tensor.topk):
             self.inputs.append(args[0].detach().clone())
-        if func in _DOWNCASTS and args[0].dtype == torch.float64:
-            return args[0]
-        if func is torch.Tensor.to and args[0].dtype == torch.float64:
+        float_cast = func in _DOWNCASTS
+        if func is torch.Tensor.to:
             dt = kwargs.get("dtype", args[1] if len(args) > 1 else None)
-            if isinstance(dt, torch.dtype) and dt.is_floating_point:
-                return args[0]
+            float_cast = isinstance(dt, torch.dtype) and dt.is_floating_point
+        src = args[0]
+        if float_cast and isinstance(src, torch.Tensor) and src.dtype in (torch.float64, *_EXACT):
+            return src.double()  # integer positions (rotary embeddings) too: float64, not float32
         return func(*args, **kwargs)
 
 
