@@ -15,7 +15,7 @@ from .sparse_attention import LOG2E, combine_kernel, sparse_attention_kernel
 def sparse_attention_splits(device: torch.device, cfg: configs.SparseAttentionConfig,
                             programs: int, topk: int) -> int:
     """Split-KV factor for a grid of ``programs`` (query, head block) pairs: the most splits that
-    still run in one wave, min(max_splits, SMs // P, topk // (2 BN)) (>= 2 tiles of BN slots per
+    still run in one wave, min(max_splits, SMs // P, topk // (2 bn)) (>= 2 tiles of bn slots per
     split), at least 1. A program is latency-bound, so splits that spill into a second wave lose
     (H200, P=64, top-1152: 1 split 93 us, 2 66, 3 90, 4 83).
     """
@@ -63,17 +63,18 @@ def _sparse_attention(q, kv, indices, sink, scale: float, splits: int | None, cf
         splits = sparse_attention_splits(q.device, cfg, grid_qh[0] * grid_qh[1], topk)
     has_sink = sink is not None
     sink_t = sink.to(torch.float32).contiguous() if has_sink else lse
-    ws = (torch.empty((b * m, splits, h, d + 4), dtype=torch.float32, device=q.device)
-          if splits > 1 else lse)
+    partials = (torch.empty((b * m, splits, h, d + 4), dtype=torch.float32, device=q.device)
+                if splits > 1 else lse)
     opts = configs.launch_options(cfg, target)
     sparse_attention_kernel[grid_qh + (splits,)](
-        q, kv, indices, sink_t, out, lse, ws, m, kv.shape[1], h, topk, scale * LOG2E,
+        q, kv, indices, sink_t, out, lse, partials, m, kv.shape[1], h, topk, scale * LOG2E,
         *q.stride(), *kv.stride(), *indices.stride(), *out.stride()[:3], *lse.stride()[:2],
-        HAS_SINK=has_sink, SPLITS=splits, DOT_DTYPE=dot, D=d, BH=bh, BN=cfg.bn, GATHER=cfg.gather, **opts)
+        HAS_SINK=has_sink, SPLITS=splits, DOT_DTYPE=dot, D=d, BLOCK_H=bh, BLOCK_N=cfg.bn, GATHER=cfg.gather, **opts)
     if splits > 1:
         dc = min(d, 64)
-        combine_kernel[grid_qh + (d // dc,)](ws, sink_t, out, lse, m, h, *out.stride()[:3], *lse.stride()[:2],
-                                            HAS_SINK=has_sink, SPLITS=splits, D=d, BH=bh, DC=dc, num_warps=4)
+        combine_kernel[grid_qh + (d // dc,)](partials, sink_t, out, lse, m, h, *out.stride()[:3], *lse.stride()[:2],
+                                            HAS_SINK=has_sink, SPLITS=splits, D=d, BLOCK_H=bh, BLOCK_D=dc,
+                                            num_warps=4)
     return out, lse
 
 
@@ -81,16 +82,18 @@ def sparse_attention_aot_variants(target: str, cfg: configs.SparseAttentionConfi
                                   topk=1152):
     """AOT variants of the sparse-attention kernels with ``cfg`` for a V4 decode launch (splits 1 and 2)."""
     bh = sparse_attention_heads(cfg, h)
-    pointers = dict(q="*bf16", kv="*bf16", idx="*i32", sink="*fp32", out="*bf16", lse="*fp32", ws="*fp32",
-                    qk_scale="fp32")
-    ints = dict(M=m, N=n, H=h, TOPK=topk, sq_b=m * h * d, sq_m=h * d, sq_h=d, sq_d=1, skv_b=n * d, skv_n=d,
-                skv_d=1, si_b=m * topk, si_m=topk, si_k=1, so_b=m * h * d, so_m=h * d, so_h=d, sl_b=m * h, sl_m=h)
+    pointers = dict(q="*bf16", kv="*bf16", indices="*i32", sink="*fp32", out="*bf16", lse="*fp32",
+                    partials="*fp32", qk_scale="fp32")
+    ints = dict(M=m, N=n, H=h, TOPK=topk, stride_q_b=m * h * d, stride_q_m=h * d, stride_q_h=d, stride_q_d=1,
+                stride_kv_b=n * d, stride_kv_n=d, stride_kv_d=1, stride_idx_b=m * topk, stride_idx_m=topk,
+                stride_idx_k=1, stride_out_b=m * h * d, stride_out_m=h * d, stride_out_h=d, stride_lse_b=m * h,
+                stride_lse_m=h)
     opts = configs.launch_options(cfg, target)
     for splits in (1, 2):
-        consts = dict(HAS_SINK=True, SPLITS=splits, DOT_DTYPE=tl.bfloat16, D=d, BH=bh, BN=cfg.bn,
+        consts = dict(HAS_SINK=True, SPLITS=splits, DOT_DTYPE=tl.bfloat16, D=d, BLOCK_H=bh, BLOCK_N=cfg.bn,
                       GATHER=cfg.gather)
         sig = {a: ("constexpr" if a in consts else pointers.get(a, "i32")) for a in sparse_attention_kernel.arg_names}
         yield f"sparse_attention[splits={splits}] D={d} H={h}", sparse_attention_kernel, sig, consts, opts, ints
-    consts = dict(HAS_SINK=True, SPLITS=2, D=d, BH=bh, DC=min(d, 64))
+    consts = dict(HAS_SINK=True, SPLITS=2, D=d, BLOCK_H=bh, BLOCK_D=min(d, 64))
     sig = {a: ("constexpr" if a in consts else pointers.get(a, "i32")) for a in combine_kernel.arg_names}
     yield f"sparse_attention_merge[splits=2] D={d} H={h}", combine_kernel, sig, consts, dict(num_warps=4), ints

@@ -147,9 +147,10 @@ def multiprocessors(index: int) -> int:
 
 @dataclass(frozen=True)
 class SparseAttentionConfig:
-    """Sparse attention tiles: BH heads share each gathered [BN, D] KV tile (see kernels/sparse_attention.py)."""
-    bh: int            # heads per program (fewer when H is smaller; at least 16 for the MMA)
-    bn: int            # index slots (gathered KV rows) per tile
+    """Sparse attention tiles: BLOCK_H = bh heads share each gathered [BLOCK_N = bn, D] KV tile (see
+    kernels/sparse_attention.py)."""
+    bh: int            # BLOCK_H, heads per program (fewer when H is smaller; at least 16 for the MMA)
+    bn: int            # BLOCK_N, index slots (gathered KV rows) per tile
     num_warps: int
     num_stages: int
     gather: int = 1    # 0 plain loop (the pipeliner stages it), 1 tile i+1 prefetched into registers
@@ -160,12 +161,12 @@ class SparseAttentionConfig:
 
 
 # sm90: acc [64, 512] fp32 = 128 regs/thread over 8 warps (wgmma N split across the two warpgroups);
-#   BN = 64 tiles staged by the pipeliner (2 stages: Q + 2 KV tiles = 192 KiB of shared memory,
+#   BLOCK_N = 64 tiles staged by the pipeliner (2 stages: Q + 2 KV tiles = 192 KiB of shared memory,
 #   255 regs, 0 spills). The plain loop (GATHER=0) needs no hand-written look-ahead: in its SASS
 #   (triton 3.6) tile i+1's index loads and KV copies are issued while tile i is multiplied. H200
 #   (torch 2.11, triton 3.6), kernel time by CUDA-graph replay: prefill M=4096 H=64 top-640
-#   GATHER=0 1.33 ms, 1.39 ms with the indices loaded a tile ahead by hand, BN=32 1.9-2.1 ms,
-#   BN=16 with the register prefetch (GATHER=1) 2.92 ms; decode B=64 equal (0.062-0.177 ms).
+#   GATHER=0 1.33 ms, 1.39 ms with the indices loaded a tile ahead by hand, BLOCK_N=32 1.9-2.1 ms,
+#   BLOCK_N=16 with the register prefetch (GATHER=1) 2.92 ms; decode B=64 equal (0.062-0.177 ms).
 # gfx942: 4 waves with up to 512 VGPR+AGPR each; LDS (64 KiB) stages Q once, then KV tiles.
 # Both: 0 spills, see python -m inductor_dsa.aot. Untimed on MI300; H200 timings come from the lead.
 SPARSE_ATTENTION = {
@@ -192,14 +193,14 @@ SPARSE_ATTENTION = {
 
 @dataclass(frozen=True)
 class PagedConfig:
-    bn: int             # key rows per block: a divisor of the 64-row page, >= 16
+    bn: int             # BLOCK_N, key rows per block: a divisor of the 64-row page, >= 16
     rows: int           # query rows (tokens x padded heads) resident per program; more tokens -> groups
     num_warps: int
     num_stages: int
     progs_per_sm: int   # programs (workspace slots) per multiprocessor in one wave of score programs
     chunk_min: int      # rows per sequence split, at least ...
     chunk_max: int      # ... and at most this (bounds the per-program workspace: tokens x chunk fp32)
-    ch: int             # elements per chunk in the radix-select passes
+    ch: int             # BLOCK_SELECT, elements per chunk in the radix-select passes
     logits_rows: int    # rows per program of paged_indexer_logits
     split_min: int = 0  # contexts of at most this many rows are never split: at small batch the
                         # split's two extra launches (filter, merge) cost more than they save

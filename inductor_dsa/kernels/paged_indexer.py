@@ -6,13 +6,13 @@ key_b[j] is row ``j % 64`` of page ``block_table[b, j // 64]`` of a uint8 cache 
 ``formats.py`` (MXFP4: 64 x D/2 code bytes then 64 x D/32 E8M0 bytes per page; FP8: 64 x D e4m3
 bytes then 64 x 4 fp32-scale bytes). Every query token of a request sees the same rows.
 
-Score block (all kernels): a program holds the NT query tokens of one request with all their
-heads, Q^T [D, NT*HP] (the prefill ``query_tile``), and streams blocks of BN key rows (BN divides
-the 64-row page, so one block-table read per block, prefetched a block ahead), loads the rows'
-bytes straight from their page, decodes them in registers (MXFP4: ``decode.mxfp4_rows_mma``, whose
-permuted columns Q^T follows; FP8: e4m3 -> bf16 with the fp32 row scale after the dot) and runs
-the prefill ``score_rows`` epilogue (dot, relu, x weights, head sum). No dense
-key copy, no [B, H, L] scores. Page ids outside [0, num_pages) and rows at or past
+Score block (all kernels): a program holds the BLOCK_T query tokens of one request with all their
+heads (padded to BLOCK_H), Q^T [D, BLOCK_T*BLOCK_H] (the prefill ``query_tile``), and streams
+blocks of BLOCK_N key rows (BLOCK_N divides the 64-row page, so one block-table read per block,
+prefetched a block ahead), loads the rows' bytes straight from their page, decodes them in
+registers (MXFP4: ``decode.mxfp4_rows_mma``, whose permuted columns Q^T follows; FP8: e4m3 -> bf16
+with the fp32 row scale after the dot) and runs the prefill ``score_rows`` epilogue (dot, relu,
+x weights, head sum). No dense key copy, no [B, H, L] scores. Page ids outside [0, num_pages) and rows at or past
 ``clamp(context_lens[b], 0, max_len)`` are never loaded (masked loads; such a page id inside the
 context reads as a zero row, score 0), so no data value can cause an out-of-bounds access.
 
@@ -20,8 +20,9 @@ Top-k. Work items are (request, token group, sequence chunk of C rows); a reques
 split into S chunks so that B x S items fill the GPU even at B = 1. The launcher runs the items in
 waves of at most P (P = multiprocessors x progs_per_sm); per wave
 
-  ``paged_scores_kernel`` (one program per item) writes the chunk's NT x C scores into workspace
-    slot p of the wave (P x NT x C fp32 in all, L2-sized; the [B, N, L] logits never exist);
+  ``paged_scores_kernel`` (one program per item) writes the chunk's BLOCK_T x C scores into
+    workspace slot p of the wave (P x BLOCK_T x C fp32 in all, L2-sized; the [B, N, L] logits
+    never exist);
   ``paged_select_kernel`` (one program per item and token) runs the prefill ``select_row`` radix
     select over the chunk. With S = 1 it writes the final sorted, padded top-k. With S > 1 it
     keeps the chunk's top min(topk, C) unsorted, in row order, in a partial list, and adds an
@@ -60,53 +61,55 @@ def _page_id(bt_row, j0, jend):
 
 
 @triton.jit
-def _page_rows(page, j0, jend, num_pages, skv, BN: tl.constexpr):
-    """Rows j0 .. j0+BN-1 of one page (BN divides 64, j0 a multiple of BN): (valid mask [BN],
-    int64 byte offset of the page, row within the page [BN]). The page id is one scalar per
-    block (a per-row lookup became 16 serialised scalar loads per block on gfx942)."""
-    r = j0 % 64 + tl.arange(0, BN)
+def _page_rows(page, j0, jend, num_pages, stride_page, BLOCK_N: tl.constexpr):
+    """Rows j0 .. j0+BLOCK_N-1 of one page (BLOCK_N divides 64, j0 a multiple of BLOCK_N):
+    (valid mask [BLOCK_N], int64 byte offset of the page, row within the page [BLOCK_N]). The page id is one
+    scalar per block (a per-row lookup became 16 serialised scalar loads per block on gfx942)."""
+    r = j0 % 64 + tl.arange(0, BLOCK_N)
     live = (page >= 0) & (page < num_pages)
-    base = tl.where(live, page, 0).to(tl.int64) * skv
-    ok = (j0 + tl.arange(0, BN) < jend) & live
+    base = tl.where(live, page, 0).to(tl.int64) * stride_page
+    ok = (j0 + tl.arange(0, BLOCK_N) < jend) & live
     return ok, base, r
 
 
 @triton.jit
-def _paged_block(qT, wv, kv, page, j0, jend, num_pages, skv,
+def _paged_block(qT, wv, kv_cache, page, j0, jend, num_pages, stride_page,
                  K_FMT: tl.constexpr, FNUZ: tl.constexpr, FP8_DTYPE: tl.constexpr,
-                 NT: tl.constexpr, HP: tl.constexpr, BN: tl.constexpr, D: tl.constexpr,
+                 BLOCK_T: tl.constexpr, BLOCK_H: tl.constexpr, BLOCK_N: tl.constexpr, D: tl.constexpr,
                  DOT_DTYPE: tl.constexpr, DEC_DTYPE: tl.constexpr, ALIGNED: tl.constexpr):
-    """logits^T [BN, NT] of request-local rows j0 .. j0+BN-1, all in one page (rows >= jend score 0)."""
-    ok, base, r = _page_rows(page, j0, jend, num_pages, skv, BN)
+    """logits^T [BLOCK_N, BLOCK_T] of request-local rows j0 .. j0+BLOCK_N-1, all in one page
+    (rows >= jend score 0)."""
+    ok, base, r = _page_rows(page, j0, jend, num_pages, stride_page, BLOCK_N)
     if K_FMT == FMT_MXFP4:
-        kt = mxfp4_rows_mma(kv, kv, base + r * (D // 2), base + PAGE * (D // 2) + r * (D // 32), ok, BN, D,
-                            DEC_DTYPE, ALIGNED, DOT_DTYPE)
-        blk = score_rows(qT, wv, kt, None, NT, HP, BN, DOT_DTYPE)
+        kt = mxfp4_rows_mma(kv_cache, kv_cache, base + r * (D // 2), base + PAGE * (D // 2) + r * (D // 32), ok,
+                            BLOCK_N, D, DEC_DTYPE, ALIGNED, DOT_DTYPE)
+        blk = score_rows(qT, wv, kt, None, BLOCK_T, BLOCK_H, BLOCK_N, DOT_DTYPE)
     else:
-        x = tl.load(kv + (base + r * D)[:, None] + tl.arange(0, D)[None, :], mask=ok[:, None], other=0)
+        x = tl.load(kv_cache + (base + r * D)[:, None] + tl.arange(0, D)[None, :], mask=ok[:, None], other=0)
         if K_FMT == FMT_FP8_NATIVE:
             kt = x.to(FP8_DTYPE, bitcast=True).to(DOT_DTYPE)
         else:
             kt = e4m3_bytes_to_f32(x.to(tl.int32), FNUZ).to(DOT_DTYPE)
         sb = tl.arange(0, 4)
-        sbytes = tl.load(kv + (base + PAGE * D + r * 4)[:, None] + sb[None, :], mask=ok[:, None], other=0)
+        sbytes = tl.load(kv_cache + (base + PAGE * D + r * 4)[:, None] + sb[None, :], mask=ok[:, None], other=0)
         bits = tl.sum(sbytes.to(tl.int32) << (8 * sb)[None, :], axis=1)  # little-endian fp32, any alignment
-        blk = score_rows(qT, wv, kt, bits.to(tl.float32, bitcast=True), NT, HP, BN, DOT_DTYPE)
+        blk = score_rows(qT, wv, kt, bits.to(tl.float32, bitcast=True), BLOCK_T, BLOCK_H, BLOCK_N, DOT_DTYPE)
     return blk
 
 
 @triton.jit
-def _request_queries(q, qx, w, t0, T, H: tl.constexpr, Q_FMT: tl.constexpr, K_FMT: tl.constexpr,
-                     FNUZ: tl.constexpr, NT: tl.constexpr, HP: tl.constexpr, D: tl.constexpr, DOT_DTYPE: tl.constexpr):
+def _request_queries(q, q_scale, weights, t0, T, H: tl.constexpr, Q_FMT: tl.constexpr, K_FMT: tl.constexpr,
+                     FNUZ: tl.constexpr, BLOCK_T: tl.constexpr, BLOCK_H: tl.constexpr, D: tl.constexpr,
+                     DOT_DTYPE: tl.constexpr):
     """``query_tile`` for contiguous q [B*N, H, D] (MXFP4: codes [.., D/2], scales [.., D/32])
     and weights [B*N, H]: fewer runtime strides, fewer scalar registers. With MXFP4 keys, Q^T's
     rows are in the keys' ``mma_k_cols`` order."""
     if Q_FMT == FMT_MXFP4:
-        qT, wv = query_tile(q, qx, w, t0, T, H, H * (D // 2), D // 2, 1, H * (D // 32), D // 32, H, 1,
-                             Q_FMT, FNUZ, NT, HP, D, DOT_DTYPE, K_FMT == FMT_MXFP4)
+        qT, wv = query_tile(q, q_scale, weights, t0, T, H, H * (D // 2), D // 2, 1, H * (D // 32), D // 32, H, 1,
+                             Q_FMT, FNUZ, BLOCK_T, BLOCK_H, D, DOT_DTYPE, K_FMT == FMT_MXFP4)
     else:
-        qT, wv = query_tile(q, qx, w, t0, T, H, H * D, D, 1, 0, 0, H, 1, Q_FMT, FNUZ, NT, HP, D, DOT_DTYPE,
-                             K_FMT == FMT_MXFP4)
+        qT, wv = query_tile(q, q_scale, weights, t0, T, H, H * D, D, 1, 0, 0, H, 1, Q_FMT, FNUZ, BLOCK_T, BLOCK_H,
+                             D, DOT_DTYPE, K_FMT == FMT_MXFP4)
     return qT, wv
 
 
@@ -117,18 +120,43 @@ def _request(context_lens, b, max_pages):
 
 
 @triton.jit
-def paged_scores_kernel(q, qx, w, kv, block_table, context_lens, dst,
-                        N, G, S, C, it0, n_items, max_pages, num_pages, skv, H: tl.constexpr,
-                        Q_FMT: tl.constexpr, K_FMT: tl.constexpr, FNUZ: tl.constexpr,
-                        FP8_DTYPE: tl.constexpr, DOT_DTYPE: tl.constexpr, DEC_DTYPE: tl.constexpr, D: tl.constexpr,
-                        HP: tl.constexpr, NT: tl.constexpr, BN: tl.constexpr, TO_WS: tl.constexpr,
-                        ALIGNED: tl.constexpr):
-    """Scores of work item it0 + pid = (b, g, s): rows [s*C, (s+1)*C) of request b for its NT
-    query tokens g*NT ... With TO_WS they go to workspace slot pid, dst[pid, t, j - s*C] (rows at
-    or past the context are left unwritten); else to the logits dst[b*N + n, j] ([B*N, max_len]),
+def paged_scores_kernel(
+    q,  # [B*N, H, D] bf16/fp16/fp32/fp8, or MXFP4 codes [B*N, H, D/2] uint8; contiguous
+    q_scale,  # MXFP4 q: E8M0 scales [B*N, H, D/32] uint8; else unused (q again)
+    weights,  # [B*N, H] bf16/fp16/fp32, contiguous
+    kv_cache,  # [num_pages, stride_page] uint8 pages (formats.py layout)
+    block_table,  # [B, max_pages] int32 page ids, contiguous
+    context_lens,  # [B] int32 visible rows per request
+    out,  # TO_WS: fp32 workspace [programs, BLOCK_T, C]; else fp32 logits [B*N, max_pages * 64]
+    N,  # query tokens per request
+    G,  # token groups per request, cdiv(N, BLOCK_T)
+    S,  # sequence chunks per request
+    C,  # rows per chunk (multiple of BLOCK_N)
+    item0,  # first work item of this launch (wave)
+    n_items,  # work items in all, B * G * S
+    max_pages,  # block-table columns
+    num_pages,  # pages in the cache
+    stride_page,  # bytes between pages of kv_cache
+    H: tl.constexpr,  # heads
+    Q_FMT: tl.constexpr,  # decode.FMT_* of q
+    K_FMT: tl.constexpr,  # decode.FMT_* of the cache rows
+    FNUZ: tl.constexpr,  # fp8 keys are e4m3fnuz (else e4m3fn)
+    FP8_DTYPE: tl.constexpr,  # the target's native fp8 type (FMT_FP8_NATIVE)
+    DOT_DTYPE: tl.constexpr,  # dot operand type (fp32 under the interpreter)
+    DEC_DTYPE: tl.constexpr,  # MXFP4 decoder arithmetic type (decode.mxfp4_rows_mma's OUT)
+    D: tl.constexpr,  # head_dim
+    BLOCK_H: tl.constexpr,  # heads padded to a power of two
+    BLOCK_T: tl.constexpr,  # query tokens per program
+    BLOCK_N: tl.constexpr,  # key rows per step, divides the 64-row page
+    TO_WS: tl.constexpr,  # write the workspace (top-k) instead of the logits
+    ALIGNED: tl.constexpr,  # cache address and page stride 4-byte aligned (word loads of MXFP4 codes)
+):
+    """Scores of work item item0 + pid = (b, g, s): rows [s*C, (s+1)*C) of request b for its BLOCK_T
+    query tokens g*BLOCK_T ... With TO_WS they go to workspace slot pid, out[pid, t, j - s*C] (rows at
+    or past the context are left unwritten); else to the logits out[b*N + n, j] ([B*N, max_len]),
     -inf at rows >= context_lens[b]."""
     pid = tl.program_id(0)
-    it = it0 + pid
+    it = item0 + pid
     if it < n_items:
         s = it % S
         g = (it // S) % G
@@ -137,160 +165,229 @@ def paged_scores_kernel(q, qx, w, kv, block_table, context_lens, dst,
         ctx = _request(context_lens, b, max_pages)
         c0 = s * C
         c1 = tl.minimum(c0 + C, ctx)
-        n0 = g * NT
-        tt = tl.arange(0, NT)
+        n0 = g * BLOCK_T
+        tt = tl.arange(0, BLOCK_T)
         if TO_WS:
-            out = dst + (pid * NT + tt).to(tl.int64)[None, :] * C - c0
+            dst = out + (pid * BLOCK_T + tt).to(tl.int64)[None, :] * C - c0
             tm = tt >= 0
         else:
-            out = dst + (b * N + n0 + tt).to(tl.int64)[None, :] * max_len
+            dst = out + (b * N + n0 + tt).to(tl.int64)[None, :] * max_len
             tm = (n0 + tt) < N
         if c1 > c0:
-            qT, wv = _request_queries(q, qx, w, b * N + n0, b * N + tl.minimum(N, n0 + NT), H,
-                                      Q_FMT, K_FMT, FNUZ, NT, HP, D, DOT_DTYPE)
+            qT, wv = _request_queries(q, q_scale, weights, b * N + n0, b * N + tl.minimum(N, n0 + BLOCK_T), H,
+                                      Q_FMT, K_FMT, FNUZ, BLOCK_T, BLOCK_H, D, DOT_DTYPE)
             bt_row = block_table + b.to(tl.int64) * max_pages
             page = _page_id(bt_row, c0, c1)
-            for j0 in range(c0, c1, BN):
-                nxt = _page_id(bt_row, j0 + BN, c1)  # prefetched one block ahead
-                blk = _paged_block(qT, wv, kv, page, j0, c1, num_pages, skv,
-                                   K_FMT, FNUZ, FP8_DTYPE, NT, HP, BN, D, DOT_DTYPE, DEC_DTYPE, ALIGNED)
-                j = (j0 + tl.arange(0, BN))[:, None]
-                tl.store(out + j, blk, mask=tm[None, :] & (j < c1))
+            for j0 in range(c0, c1, BLOCK_N):
+                nxt = _page_id(bt_row, j0 + BLOCK_N, c1)  # prefetched one block ahead
+                blk = _paged_block(qT, wv, kv_cache, page, j0, c1, num_pages, stride_page,
+                                   K_FMT, FNUZ, FP8_DTYPE, BLOCK_T, BLOCK_H, BLOCK_N, D, DOT_DTYPE, DEC_DTYPE, ALIGNED)
+                j = (j0 + tl.arange(0, BLOCK_N))[:, None]
+                tl.store(dst + j, blk, mask=tm[None, :] & (j < c1))
                 page = nxt
         if not TO_WS:
             end = tl.minimum(c0 + C, max_len)
-            ninf = tl.full((BN, NT), float("-inf"), tl.float32)
-            for j0 in range(tl.maximum(c0, ctx), end, BN):
-                j = (j0 + tl.arange(0, BN))[:, None]
-                tl.store(out + j, ninf, mask=tm[None, :] & (j < end))
+            ninf = tl.full((BLOCK_N, BLOCK_T), float("-inf"), tl.float32)
+            for j0 in range(tl.maximum(c0, ctx), end, BLOCK_N):
+                j = (j0 + tl.arange(0, BLOCK_N))[:, None]
+                tl.store(dst + j, ninf, mask=tm[None, :] & (j < end))
 
 
 @triton.jit
-def paged_select_kernel(ws, context_lens, part_v, part_i, hist, N, G, S, C, it0, n_items, max_pages,
-                        NT: tl.constexpr, KP: tl.constexpr, KP_P2: tl.constexpr, CH: tl.constexpr,
-                        SPLIT: tl.constexpr, BITS: tl.constexpr):
-    """One program per (work item it0 + pid // NT, token pid % NT) of a wave: top-KP of the chunk's
-    scores in workspace slot pid // NT into part[(b*N + n) * S + s] (KP slots). Without SPLIT
+def paged_select_kernel(
+    scores,  # fp32 workspace [programs, BLOCK_T, C] written by paged_scores_kernel
+    context_lens,  # [B] int32
+    part_values,  # fp32 [B*N*S, LIST_SIZE]: partial lists (SPLIT), else the output values [B*N, TOPK]
+    part_indices,  # int32, same shape: their row numbers
+    histogram,  # SPLIT: int32 [B*N, HIST_BINS] key histograms (zeroed); else unused
+    N,  # query tokens per request
+    G,  # token groups per request
+    S,  # sequence chunks per request
+    C,  # rows per chunk
+    item0,  # first work item of this launch (wave)
+    n_items,  # work items in all
+    max_pages,  # block-table columns
+    BLOCK_T: tl.constexpr,  # query tokens per score program
+    LIST_SIZE: tl.constexpr,  # entries per list: topk, or min(topk, C) when SPLIT
+    LIST_SIZE_P2: tl.constexpr,  # next power of two of LIST_SIZE
+    BLOCK_SELECT: tl.constexpr,  # elements per step of the radix-select passes
+    SPLIT: tl.constexpr,  # S > 1: unsorted partial lists + histograms
+    BITS: tl.constexpr,  # radix digit width
+):
+    """One program per (work item item0 + pid // BLOCK_T, token pid % BLOCK_T) of a wave: top-LIST_SIZE
+    of the chunk's scores in workspace slot pid // BLOCK_T into part[(b*N + n) * S + s] (LIST_SIZE slots). Without SPLIT
     (S == 1) part is the final sorted, padded output; with SPLIT the list is unsorted, in row
-    order, min(KP, rows) long, and its key histogram is added to hist[b*N + n]."""
+    order, min(LIST_SIZE, rows) long, and its key histogram is added to histogram[b*N + n]."""
     pid = tl.program_id(0)
-    it = it0 + pid // NT
-    t = pid % NT
+    it = item0 + pid // BLOCK_T
+    t = pid % BLOCK_T
     if it < n_items:
         s = it % S
         g = (it // S) % G
         b = it // (S * G)
-        n = g * NT + t
+        n = g * BLOCK_T + t
         if n < N:
             ctx = _request(context_lens, b, max_pages)
             c0 = s * C
             c1 = tl.maximum(tl.minimum(c0 + C, ctx), c0)
             row = (b * N + n).to(tl.int64)
-            dst = (row * S + s) * KP
+            at = (row * S + s) * LIST_SIZE
             # S = 1 resolves every digit: with the early exit ptxas spills 8 B here on sm90
-            select_row(ws + pid.to(tl.int64) * C - c0, c0, c1, part_v + dst, part_i + dst, KP, KP_P2, CH,
-                       not SPLIT, BITS=BITS, EARLY_EXIT=SPLIT)
+            select_row(scores + pid.to(tl.int64) * C - c0, c0, c1, part_values + at, part_indices + at, LIST_SIZE,
+                       LIST_SIZE_P2, BLOCK_SELECT, not SPLIT, BITS=BITS, EARLY_EXIT=SPLIT)
             if SPLIT:
                 tl.debug_barrier()
-                p = tl.arange(0, KP_P2)
-                m = p < tl.minimum(c1 - c0, KP)
-                key = sel_key(tl.load(part_v + dst + p, mask=m, other=0.0))
+                p = tl.arange(0, LIST_SIZE_P2)
+                m = p < tl.minimum(c1 - c0, LIST_SIZE)
+                key = sel_key(tl.load(part_values + at + p, mask=m, other=0.0))
                 h = tl.histogram((key >> HIST_SHIFT).to(tl.int32), HIST_BINS, mask=m)
                 bins = tl.arange(0, HIST_BINS)
-                tl.atomic_add(hist + row * HIST_BINS + bins, h, mask=h > 0, sem="relaxed")
+                tl.atomic_add(histogram + row * HIST_BINS + bins, h, mask=h > 0, sem="relaxed")
 
 
 @triton.jit
-def _threshold_bin(hist, row, TOPK):
+def _threshold_bin(histogram, row, TOPK):
     """Largest bin T with at least TOPK counted keys in bins >= T (0 when there are fewer)."""
     bins = tl.arange(0, HIST_BINS)
-    h = tl.load(hist + row * HIST_BINS + bins)
+    h = tl.load(histogram + row * HIST_BINS + bins)
     at_least = tl.cumsum(h, 0, reverse=True)
     return tl.max(tl.where(at_least >= TOPK, bins, 0), 0)
 
 
 @triton.jit
-def paged_filter_kernel(part_v, part_i, hist, cnt, context_lens, N, S, C, max_pages, TOPK,
-                        KP: tl.constexpr, KP_P2: tl.constexpr):
+def paged_filter_kernel(
+    part_values,  # fp32 [B*N*S, LIST_SIZE] partial lists, filtered in place
+    part_indices,  # int32, same shape: their row numbers
+    histogram,  # int32 [B*N, HIST_BINS] key histograms of the lists
+    list_counts,  # int32 [B*N*S] out: entries kept per list
+    context_lens,  # [B] int32
+    N,  # query tokens per request
+    S,  # sequence chunks per request
+    C,  # rows per chunk
+    max_pages,  # block-table columns
+    TOPK,  # k of the top-k
+    LIST_SIZE: tl.constexpr,  # entries per partial list
+    LIST_SIZE_P2: tl.constexpr,  # next power of two of LIST_SIZE
+):
     """One program per partial list (row, s): keep the entries in bins >= the row's threshold bin,
-    compacted in place in row order; cnt[row * S + s] = how many."""
+    compacted in place in row order; list_counts[row * S + s] = how many."""
     pid = tl.program_id(0)
     s = pid % S
     row = pid // S
     ctx = _request(context_lens, row // N, max_pages)
-    n_real = tl.minimum(tl.maximum(tl.minimum(ctx - s * C, C), 0), KP)
-    thr = _threshold_bin(hist, row.to(tl.int64), TOPK)
-    p = tl.arange(0, KP_P2)
+    n_real = tl.minimum(tl.maximum(tl.minimum(ctx - s * C, C), 0), LIST_SIZE)
+    thr = _threshold_bin(histogram, row.to(tl.int64), TOPK)
+    p = tl.arange(0, LIST_SIZE_P2)
     m = p < n_real
-    base = pid.to(tl.int64) * KP
-    v = tl.load(part_v + base + p, mask=m, other=0.0)
-    i = tl.load(part_i + base + p, mask=m, other=0)
+    base = pid.to(tl.int64) * LIST_SIZE
+    v = tl.load(part_values + base + p, mask=m, other=0.0)
+    i = tl.load(part_indices + base + p, mask=m, other=0)
     keep = m & ((sel_key(v) >> HIST_SHIFT).to(tl.int32) >= thr)
     pos = tl.cumsum(keep.to(tl.int32), 0) - 1
     tl.debug_barrier()  # every load above happens before any in-place store below
-    tl.store(part_v + base + pos, v, mask=keep)
-    tl.store(part_i + base + pos, i, mask=keep)
-    tl.store(cnt + pid, tl.sum(keep.to(tl.int32), 0))
+    tl.store(part_values + base + pos, v, mask=keep)
+    tl.store(part_indices + base + pos, i, mask=keep)
+    tl.store(list_counts + pid, tl.sum(keep.to(tl.int32), 0))
 
 
 @triton.jit
-def paged_final_kernel(part_v, part_i, cnt, cand_v, cand_i, out_v, out_i, S,
-                       KP: tl.constexpr, TOPK: tl.constexpr, TOPK_P2: tl.constexpr, CH: tl.constexpr,
-                       S_P2: tl.constexpr, WC: tl.constexpr, BITS: tl.constexpr):
+def paged_final_kernel(
+    part_values,  # fp32 [B*N*S, LIST_SIZE] filtered partial lists
+    part_indices,  # int32, same shape: their row numbers
+    list_counts,  # int32 [B*N*S] entries per list
+    cand_values,  # fp32 [B*N, S * LIST_SIZE] scratch: the row's concatenated lists
+    cand_indices,  # int32, same shape
+    out_values,  # fp32 [B*N, TOPK] out
+    out_indices,  # int32 [B*N, TOPK] out
+    S,  # sequence chunks per request
+    LIST_SIZE: tl.constexpr,  # entries per partial list
+    TOPK: tl.constexpr,  # k of the top-k
+    TOPK_P2: tl.constexpr,  # next power of two of TOPK
+    BLOCK_SELECT: tl.constexpr,  # elements per step of the radix-select passes
+    S_P2: tl.constexpr,  # next power of two of S
+    BLOCK_COPY: tl.constexpr,  # entries per list copied per step
+    BITS: tl.constexpr,  # radix digit width
+):
     """One program per token row: concatenate its S filtered lists (row order kept) into
     cand[row] and select the final sorted, padded top-TOPK from them."""
     row = tl.program_id(0).to(tl.int64)
     sl = tl.arange(0, S_P2)
-    c = tl.load(cnt + row * S + sl, mask=sl < S, other=0)
+    c = tl.load(list_counts + row * S + sl, mask=sl < S, other=0)
     off = tl.cumsum(c, 0) - c
     total = tl.sum(c, 0)
-    src = row * S * KP
-    for i0 in range(0, tl.max(c, 0), WC):
-        i = i0 + tl.arange(0, WC)
+    src = row * S * LIST_SIZE
+    for i0 in range(0, tl.max(c, 0), BLOCK_COPY):
+        i = i0 + tl.arange(0, BLOCK_COPY)
         m = i[None, :] < c[:, None]
-        pv = tl.load(part_v + src + sl[:, None] * KP + i[None, :], mask=m, other=0.0)
-        pi = tl.load(part_i + src + sl[:, None] * KP + i[None, :], mask=m, other=0)
-        tl.store(cand_v + src + off[:, None] + i[None, :], pv, mask=m)
-        tl.store(cand_i + src + off[:, None] + i[None, :], pi, mask=m)
+        pv = tl.load(part_values + src + sl[:, None] * LIST_SIZE + i[None, :], mask=m, other=0.0)
+        pi = tl.load(part_indices + src + sl[:, None] * LIST_SIZE + i[None, :], mask=m, other=0)
+        tl.store(cand_values + src + off[:, None] + i[None, :], pv, mask=m)
+        tl.store(cand_indices + src + off[:, None] + i[None, :], pi, mask=m)
     tl.debug_barrier()
-    select_row(cand_v + src, 0, total, out_v + row * TOPK, out_i + row * TOPK, TOPK, TOPK_P2, CH,
-               True, cand_i + src, BITS)
+    select_row(cand_values + src, 0, total, out_values + row * TOPK, out_indices + row * TOPK, TOPK, TOPK_P2,
+               BLOCK_SELECT,
+               True, cand_indices + src, BITS)
 
 
 @triton.jit
-def paged_gather_kernel(kv, block_table, context_lens, cu, out_a, out_s, total_rows, max_pages, num_pages,
-                        sbt, skv, A: tl.constexpr, SB: tl.constexpr, GR: tl.constexpr):
-    """Raw cache rows of request b, rows j < ctx, to flat row cu[b] + j (< total_rows): payload
-    bytes [A] to out_a, scale bytes [SB] to out_s. Grid (B, cdiv(max_len, GR)). Rows of
-    out-of-range pages are written as zeros."""
+def paged_gather_kernel(
+    kv_cache,  # [num_pages, stride_page] uint8 pages (formats.py layout)
+    block_table,  # [B, stride_bt_b] int32 page ids (unit column stride)
+    context_lens,  # [B] int32, contiguous
+    row_start,  # int64 [B] first flat row of each request
+    out_payload,  # uint8 [total_rows, ROW_BYTES] out
+    out_scales,  # uint8 [total_rows, SCALE_BYTES] out
+    total_rows,  # rows of the outputs
+    max_pages,  # block-table columns
+    num_pages,  # pages in the cache
+    stride_bt_b,  # block_table row stride
+    stride_page,  # bytes between pages of kv_cache
+    ROW_BYTES: tl.constexpr,  # payload bytes per cache row
+    SCALE_BYTES: tl.constexpr,  # scale bytes per cache row
+    BLOCK_ROWS: tl.constexpr,  # rows per program
+):
+    """Raw cache rows of request b, rows j < ctx, to flat row row_start[b] + j (< total_rows): payload
+    bytes [ROW_BYTES] to out_payload, scale bytes [SCALE_BYTES] to out_scales. Grid (B, cdiv(max_len,
+    BLOCK_ROWS)). Rows of out-of-range pages are written as zeros."""
     b = tl.program_id(0)
-    j0 = tl.program_id(1) * GR
+    j0 = tl.program_id(1) * BLOCK_ROWS
     ctx = _request(context_lens, b, max_pages)
     if j0 < ctx:
-        j = j0 + tl.arange(0, GR)
-        ok, base, r = _page_rows(_page_id(block_table + b.to(tl.int64) * sbt, j0, ctx), j0, ctx, num_pages, skv, GR)
-        dst = tl.load(cu + b).to(tl.int64) + j
+        j = j0 + tl.arange(0, BLOCK_ROWS)
+        page = _page_id(block_table + b.to(tl.int64) * stride_bt_b, j0, ctx)
+        ok, base, r = _page_rows(page, j0, ctx, num_pages, stride_page, BLOCK_ROWS)
+        dst = tl.load(row_start + b).to(tl.int64) + j
         dm = (j < ctx) & (dst < total_rows)
-        a = tl.arange(0, A)[None, :]
-        x = tl.load(kv + (base + r * A)[:, None] + a, mask=ok[:, None], other=0)
-        tl.store(out_a + dst[:, None] * A + a, x, mask=dm[:, None])
-        sc = tl.arange(0, SB)[None, :]
-        y = tl.load(kv + (base + PAGE * A + r * SB)[:, None] + sc, mask=ok[:, None], other=0)
-        tl.store(out_s + dst[:, None] * SB + sc, y, mask=dm[:, None])
+        a = tl.arange(0, ROW_BYTES)[None, :]
+        x = tl.load(kv_cache + (base + r * ROW_BYTES)[:, None] + a, mask=ok[:, None], other=0)
+        tl.store(out_payload + dst[:, None] * ROW_BYTES + a, x, mask=dm[:, None])
+        sc = tl.arange(0, SCALE_BYTES)[None, :]
+        y = tl.load(kv_cache + (base + PAGE * ROW_BYTES + r * SCALE_BYTES)[:, None] + sc, mask=ok[:, None], other=0)
+        tl.store(out_scales + dst[:, None] * SCALE_BYTES + sc, y, mask=dm[:, None])
 
 
 @triton.jit
-def paged_check_kernel(block_table, context_lens, bad, sbt, sbp, sctx, max_len, num_pages, BLOCK: tl.constexpr):
-    """Value check counts, one program per request b (``checks.paged_values``): bad[0] += 1 when
-    context_lens[b] is outside [0, max_len]; bad[1] += the entries block_table[b, p],
-    p < cdiv(clamp(context_lens[b], 0, max_len), 64), outside [0, num_pages). bad is int32 [2], zeroed."""
+def paged_check_kernel(
+    block_table,  # [B, max_pages] int32 page ids, any strides
+    context_lens,  # [B] int32
+    bad_counts,  # int32 [2] out, zeroed
+    stride_bt_b,  # block_table strides
+    stride_bt_p,
+    stride_ctx,  # context_lens stride
+    max_len,  # max_pages * 64
+    num_pages,  # pages in the cache
+    BLOCK_PAGES: tl.constexpr,  # block-table entries per step
+):
+    """Value check counts, one program per request b (``checks.paged_values``): bad_counts[0] += 1 when
+    context_lens[b] is outside [0, max_len]; bad_counts[1] += the entries block_table[b, p],
+    p < cdiv(clamp(context_lens[b], 0, max_len), 64), outside [0, num_pages). bad_counts is int32 [2], zeroed."""
     b = tl.program_id(0).to(tl.int64)
-    ctx = tl.load(context_lens + b * sctx)
-    tl.atomic_add(bad, ((ctx < 0) | (ctx > max_len)).to(tl.int32))
+    ctx = tl.load(context_lens + b * stride_ctx)
+    tl.atomic_add(bad_counts, ((ctx < 0) | (ctx > max_len)).to(tl.int32))
     used = (tl.minimum(tl.maximum(ctx, 0), max_len) + PAGE - 1) // PAGE
     n = tl.zeros((), dtype=tl.int32)
-    for p0 in range(0, used, BLOCK):
-        p = p0 + tl.arange(0, BLOCK)
-        page = tl.load(block_table + b * sbt + p.to(tl.int64) * sbp, mask=p < used, other=0)
+    for p0 in range(0, used, BLOCK_PAGES):
+        p = p0 + tl.arange(0, BLOCK_PAGES)
+        page = tl.load(block_table + b * stride_bt_b + p.to(tl.int64) * stride_bt_p, mask=p < used, other=0)
         n += tl.sum(((page < 0) | (page >= num_pages)).to(tl.int32))
-    tl.atomic_add(bad + 1, n)
+    tl.atomic_add(bad_counts + 1, n)

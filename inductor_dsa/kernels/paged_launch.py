@@ -38,7 +38,8 @@ def _kv_format(fmt: str, fp8_flavor: str, target: str):
 
 
 def tiles(n_tokens: int, heads: int, rows: int) -> tuple[int, int, int]:
-    """(HP, NT, G): padded heads, tokens per program, token groups. NT * HP >= 16 (dot minimum)."""
+    """(BLOCK_H, BLOCK_T, G): padded heads, tokens per program, token groups; BLOCK_T * BLOCK_H >= 16
+    (the dot's minimum)."""
     hp = next_pow2(heads)
     nt = min(next_pow2(max(n_tokens, 1)), max(1, rows // hp))
     hp = max(hp, 16 // nt)
@@ -76,18 +77,19 @@ def _dot_dtype(target: str):
 
 
 def _score_args(q_shape, mx: bool, kv_cache, block_table_shape, fmt, fp8_flavor, target, cfg, aligned4: bool):
-    """Arguments of ``paged_scores_kernel`` fixed by shapes (tensors as ``Arg`` placeholders: q, qx,
-    w, kv, block_table, context_lens), plus (B, N, G)."""
+    """Arguments of ``paged_scores_kernel`` fixed by shapes (tensors as ``Arg`` placeholders: q,
+    q_scale, weights, kv_cache, block_table, context_lens), plus (B, N, G)."""
     b, n, h = q_shape[:3]
     d = q_shape[3] * (2 if mx else 1)
     hp, nt, g = tiles(n, h, cfg.rows)
     k_fmt, fnuz, fp8_dtype = _kv_format(fmt, fp8_flavor, target)
-    args = dict(q=Arg("q"), qx=Arg("qx"), w=Arg("w"), kv=Arg("kv"), block_table=Arg("block_table"),
-                context_lens=Arg("context_lens"), N=n, H=h, G=g, max_pages=block_table_shape[1],
-                num_pages=kv_cache.shape[0], skv=kv_cache.stride(0),
+    args = dict(q=Arg("q"), q_scale=Arg("q_scale"), weights=Arg("weights"), kv_cache=Arg("kv_cache"),
+                block_table=Arg("block_table"), context_lens=Arg("context_lens"), N=n, H=h, G=g,
+                max_pages=block_table_shape[1],
+                num_pages=kv_cache.shape[0], stride_page=kv_cache.stride(0),
                 Q_FMT=(FMT_MXFP4 if mx else FMT_TENSOR).value, K_FMT=k_fmt, FNUZ=fnuz, FP8_DTYPE=fp8_dtype,
-                DOT_DTYPE=_dot_dtype(target), DEC_DTYPE=configs.decode_dtype(target), D=d, HP=hp, NT=nt,
-                BN=cfg.bn, ALIGNED=fmt != "mxfp4" or aligned4)
+                DOT_DTYPE=_dot_dtype(target), DEC_DTYPE=configs.decode_dtype(target), D=d, BLOCK_H=hp, BLOCK_T=nt,
+                BLOCK_N=cfg.bn, ALIGNED=fmt != "mxfp4" or aligned4)
     return args, b, n, g
 
 
@@ -115,10 +117,10 @@ def _inputs(q, q_scale, kv_cache, weights, block_table, context_lens):
     the cache's page stride, the device, every pointer's address mod 16 (Triton specialises on
     16-byte alignment; ``ALIGNED`` reads the cache's mod 4)."""
     q, w, bt, ctx = q.contiguous(), weights.contiguous(), block_table.contiguous(), context_lens.contiguous()
-    qx = q if q_scale is None else q_scale.contiguous()
-    env = dict(q=q, qx=qx, w=w, kv=kv_cache, block_table=bt, context_lens=ctx)
+    qs = q if q_scale is None else q_scale.contiguous()
+    env = dict(q=q, q_scale=qs, weights=w, kv_cache=kv_cache, block_table=bt, context_lens=ctx)
     key = (q.shape, q.dtype, q_scale is None, w.dtype, kv_cache.shape, kv_cache.stride(0), bt.shape, q.device,
-           q.data_ptr() % 16, qx.data_ptr() % 16, w.data_ptr() % 16, kv_cache.data_ptr() % 16,
+           q.data_ptr() % 16, qs.data_ptr() % 16, w.data_ptr() % 16, kv_cache.data_ptr() % 16,
            bt.data_ptr() % 16, ctx.data_ptr() % 16)
     return env, key
 
@@ -155,10 +157,10 @@ def _paged_logits(q, q_scale, kv_cache, weights, block_table, context_lens, fmt,
         lc = cdiv(cfg.logits_rows, cfg.bn) * cfg.bn
         s = cdiv(max_len, lc)
         return cfg, Launch(paged_scores_kernel, (b * g * s,), configs.launch_options(cfg, target),
-                           dst=Arg("dst"), S=s, C=lc, it0=0, n_items=b * g * s, TO_WS=False, **args)
+                           out=Arg("out"), S=s, C=lc, item0=0, n_items=b * g * s, TO_WS=False, **args)
 
     _, launch = _plan(("logits", key, fmt, fp8_flavor, id(cfg)), build)
-    env["dst"] = out
+    env["out"] = out
     launch(env)
     return out
 
@@ -186,13 +188,14 @@ def _topk_plan(q, q_scale, kv_cache, block_table, topk, fmt, fp8_flavor, program
     plan = split_plan(b, g, max_pages * PAGE_ROWS, topk, cfg, nprog_max)
     items = b * g * plan.splits
     nprog = max(1, min(items, nprog_max))
-    nt, rows = args["NT"], b * n
+    nt, rows = args["BLOCK_T"], b * n
     split = plan.splits > 1
     listed = rows * plan.splits * plan.kp if split else 0  # entries of one partial-list array
     # the score workspace is dead after the last wave: the final merge's candidates reuse it
-    regions = dict(ws=max(nprog * nt * plan.chunk, _align(listed) + listed))
+    regions = dict(scores=max(nprog * nt * plan.chunk, _align(listed) + listed))
     if split:
-        regions.update(part_v=listed, part_i=listed, hist=rows * HIST_BINS.value, cnt=rows * plan.splits)
+        regions.update(part_values=listed, part_indices=listed, histogram=rows * HIST_BINS.value,
+                       list_counts=rows * plan.splits)
     offsets, words = {}, 0
     for name, size in regions.items():
         offsets[name] = (words, size)
@@ -200,28 +203,31 @@ def _topk_plan(q, q_scale, kv_cache, block_table, topk, fmt, fp8_flavor, program
     opts = configs.launch_options(cfg, target)
     kp_p2 = next_pow2(plan.kp)
     launches = []
-    for it0 in range(0, items, nprog):
-        wave = min(nprog, items - it0)
-        launches.append(Launch(paged_scores_kernel, (wave,), opts, dst=Arg("ws"), S=plan.splits, C=plan.chunk,
-                               it0=it0, n_items=items, TO_WS=True, **args))
+    for item0 in range(0, items, nprog):
+        wave = min(nprog, items - item0)
+        launches.append(Launch(paged_scores_kernel, (wave,), opts, out=Arg("scores"), S=plan.splits, C=plan.chunk,
+                               item0=item0, n_items=items, TO_WS=True, **args))
         launches.append(Launch(
-            paged_select_kernel, (wave * nt,), dict(num_warps=cfg.merge_warps), ws=Arg("ws"),
-            context_lens=Arg("context_lens"), part_v=Arg("part_v" if split else "out_v"),
-            part_i=Arg("part_i" if split else "out_i"), hist=Arg("hist" if split else "out_i"), N=n, G=g,
-            S=plan.splits, C=plan.chunk, it0=it0, n_items=items, max_pages=max_pages, NT=nt, KP=plan.kp,
-            KP_P2=kp_p2, CH=cfg.ch, SPLIT=split, BITS=cfg.bits))
+            paged_select_kernel, (wave * nt,), dict(num_warps=cfg.merge_warps), scores=Arg("scores"),
+            context_lens=Arg("context_lens"), part_values=Arg("part_values" if split else "out_values"),
+            part_indices=Arg("part_indices" if split else "out_indices"),
+            histogram=Arg("histogram" if split else "out_indices"), N=n, G=g, S=plan.splits, C=plan.chunk,
+            item0=item0, n_items=items, max_pages=max_pages, BLOCK_T=nt, LIST_SIZE=plan.kp, LIST_SIZE_P2=kp_p2,
+            BLOCK_SELECT=cfg.ch, SPLIT=split, BITS=cfg.bits))
     if split:
         launches.append(Launch(
-            paged_filter_kernel, (rows * plan.splits,), dict(num_warps=cfg.merge_warps), part_v=Arg("part_v"),
-            part_i=Arg("part_i"), hist=Arg("hist"), cnt=Arg("cnt"), context_lens=Arg("context_lens"), N=n,
-            S=plan.splits, C=plan.chunk, max_pages=max_pages, TOPK=topk, KP=plan.kp, KP_P2=kp_p2))
+            paged_filter_kernel, (rows * plan.splits,), dict(num_warps=cfg.merge_warps),
+            part_values=Arg("part_values"), part_indices=Arg("part_indices"), histogram=Arg("histogram"),
+            list_counts=Arg("list_counts"), context_lens=Arg("context_lens"), N=n, S=plan.splits, C=plan.chunk,
+            max_pages=max_pages, TOPK=topk, LIST_SIZE=plan.kp, LIST_SIZE_P2=kp_p2))
         s_p2 = next_pow2(plan.splits)
         launches.append(Launch(
-            paged_final_kernel, (rows,), dict(num_warps=cfg.final_warps), part_v=Arg("part_v"),
-            part_i=Arg("part_i"), cnt=Arg("cnt"), cand_v=Arg("ws"), cand_i=Arg("cand_i"), out_v=Arg("out_v"),
-            out_i=Arg("out_i"), S=plan.splits, KP=plan.kp, TOPK=topk, TOPK_P2=next_pow2(topk), CH=cfg.ch,
-            S_P2=s_p2, WC=max(1, FINAL_TILE // s_p2), BITS=cfg.bits))
-        offsets["cand_i"] = (_align(listed), listed)  # inside ws
+            paged_final_kernel, (rows,), dict(num_warps=cfg.final_warps), part_values=Arg("part_values"),
+            part_indices=Arg("part_indices"), list_counts=Arg("list_counts"), cand_values=Arg("scores"),
+            cand_indices=Arg("cand_indices"), out_values=Arg("out_values"), out_indices=Arg("out_indices"),
+            S=plan.splits, LIST_SIZE=plan.kp, TOPK=topk, TOPK_P2=next_pow2(topk), BLOCK_SELECT=cfg.ch, S_P2=s_p2,
+            BLOCK_COPY=max(1, FINAL_TILE // s_p2), BITS=cfg.bits))
+        offsets["cand_indices"] = (_align(listed), listed)  # inside scores
     return TopkPlan(cfg, plan, nprog, words, offsets, tuple(launches))
 
 
@@ -245,34 +251,34 @@ def _paged_topk(q, q_scale, kv_cache, weights, block_table, context_lens, topk, 
     target = configs.target_for(q.device)
     dev = q.device
     b, n = q.shape[:2]
-    out_v = torch.empty((b, n, topk), dtype=torch.float32, device=dev)
-    out_i = torch.empty((b, n, topk), dtype=torch.int32, device=dev)
+    out_values = torch.empty((b, n, topk), dtype=torch.float32, device=dev)
+    out_indices = torch.empty((b, n, topk), dtype=torch.int32, device=dev)
     if b == 0 or n == 0:
-        return out_v, out_i
+        return out_values, out_indices
     if block_table.shape[1] == 0:
-        return out_v.fill_(float("-inf")), out_i.fill_(-1)
+        return out_values.fill_(float("-inf")), out_indices.fill_(-1)
     plan = _plan(("topk", key, topk, fmt, fp8_flavor, programs, id(cfg)),
                  lambda: _topk_plan(q, q_scale, kv_cache, block_table, topk, fmt, fp8_flavor, programs, target, cfg,
                                     key[11] % 4 == 0 and kv_cache.stride(0) % 4 == 0))
     buf = torch.empty(plan.words, dtype=torch.float32, device=dev)
-    env.update(out_v=out_v, out_i=out_i, ws=buf)
+    env.update(out_values=out_values, out_indices=out_indices, scores=buf)
     if plan.split.splits > 1:
         ints = buf.view(torch.int32)
-        for name in ("part_v", "part_i", "hist", "cnt", "cand_i"):
+        for name in ("part_values", "part_indices", "histogram", "list_counts", "cand_indices"):
             at, size = plan.offsets[name]
-            env[name] = (buf if name == "part_v" else ints).narrow(0, at, size)
-        env["hist"].zero_()
+            env[name] = (buf if name == "part_values" else ints).narrow(0, at, size)
+        env["histogram"].zero_()
     for launch in plan.launches:
         launch(env)
     if stats is not None:
         stats.update(plan=plan.split, programs=plan.programs)
         if plan.split.splits > 1:
-            stats.update(candidates=env["cnt"].view(b * n, plan.split.splits))
-    return out_v, out_i
+            stats.update(candidates=env["list_counts"].view(b * n, plan.split.splits))
+    return out_values, out_indices
 
 
 def paged_gather(kv_cache, block_table, context_lens, total_rows: int, payload_bytes: int, scale_bytes: int):
-    """(payload uint8 [total_rows, A], scales uint8 [total_rows, S], k_start, k_end int32 [B])."""
+    """(payload uint8 [total_rows, ROW_BYTES], scales uint8 [total_rows, S], k_start, k_end int32 [B])."""
     block_table, context_lens = block_table.contiguous(), context_lens.contiguous()  # dense [B, P], [B]
     dev = kv_cache.device
     b, max_pages = block_table.shape
@@ -280,14 +286,15 @@ def paged_gather(kv_cache, block_table, context_lens, total_rows: int, payload_b
     ctx = context_lens.clamp(0, max_len).to(torch.int64)
     end = torch.cumsum(ctx, 0)
     start = end - ctx
-    out_a = torch.zeros((total_rows, payload_bytes), dtype=torch.uint8, device=dev)
-    out_s = torch.zeros((total_rows, scale_bytes), dtype=torch.uint8, device=dev)
+    out_payload = torch.zeros((total_rows, payload_bytes), dtype=torch.uint8, device=dev)
+    out_scales = torch.zeros((total_rows, scale_bytes), dtype=torch.uint8, device=dev)
     if b and max_len and total_rows:
         paged_gather_kernel[(b, cdiv(max_len, GATHER_ROWS))](
-            kv_cache, block_table, context_lens, start, out_a, out_s, total_rows, max_pages,
+            kv_cache, block_table, context_lens, start, out_payload, out_scales, total_rows, max_pages,
             kv_cache.shape[0], max_pages, kv_cache.stride(0),
-            A=payload_bytes, SB=scale_bytes, GR=GATHER_ROWS)
-    return (out_a, out_s, start.clamp(max=total_rows).to(torch.int32), end.clamp(max=total_rows).to(torch.int32))
+            ROW_BYTES=payload_bytes, SCALE_BYTES=scale_bytes, BLOCK_ROWS=GATHER_ROWS)
+    return (out_payload, out_scales, start.clamp(max=total_rows).to(torch.int32),
+            end.clamp(max=total_rows).to(torch.int32))
 
 
 def paged_check(kv_cache, block_table, context_lens) -> tuple[int, int]:
@@ -295,27 +302,28 @@ def paged_check(kv_cache, block_table, context_lens) -> tuple[int, int]:
     context that lie outside [0, num_pages)): one launch, one device-to-host copy (a sync)."""
     b, max_pages = block_table.shape
     dev = block_table.device
-    bad = torch.zeros(2, dtype=torch.int32, device=dev)
+    bad_counts = torch.zeros(2, dtype=torch.int32, device=dev)
     key = ("check", block_table.shape, block_table.stride(), context_lens.stride(0), kv_cache.shape[0], dev,
            block_table.data_ptr() % 16, context_lens.data_ptr() % 16)
     launch = _plan(key, lambda: Launch(
         paged_check_kernel, (b,), dict(num_warps=4), block_table=Arg("block_table"), context_lens=Arg("context_lens"),
-        bad=Arg("bad"), sbt=block_table.stride(0), sbp=block_table.stride(1), sctx=context_lens.stride(0),
-        max_len=max_pages * PAGE_ROWS, num_pages=kv_cache.shape[0], BLOCK=CHECK_PAGES))
-    env = dict(block_table=block_table, context_lens=context_lens, bad=bad)
+        bad_counts=Arg("bad_counts"), stride_bt_b=block_table.stride(0), stride_bt_p=block_table.stride(1),
+        stride_ctx=context_lens.stride(0),
+        max_len=max_pages * PAGE_ROWS, num_pages=kv_cache.shape[0], BLOCK_PAGES=CHECK_PAGES))
+    env = dict(block_table=block_table, context_lens=context_lens, bad_counts=bad_counts)
     # Triton launches on the current device; the public functions call this outside the ops'
     # switch to the inputs' GPU (tests/test_devices.py)
-    if bad.is_cuda and dev.index != torch.cuda.current_device():
+    if bad_counts.is_cuda and dev.index != torch.cuda.current_device():
         with torch.cuda.device(dev):
             launch(env)
     else:
         launch(env)
-    return tuple(bad.tolist())
+    return tuple(bad_counts.tolist())
 
 
 # --- ahead-of-time variants (python -m inductor_dsa.aot) -------------------------------------
 
-def _aligned(fn, sig, ints=("skv", "C")):
+def _aligned(fn, sig, ints=("stride_page", "C")):
     """ASTSource attrs marking pointers (and page stride / chunk) 16-divisible, as the runtime JIT
     specialises them for 16-byte aligned tensors and such integers; without it the AOT build
     would load the cache byte by byte."""
@@ -323,54 +331,56 @@ def _aligned(fn, sig, ints=("skv", "C")):
             for a, t in sig.items() if (t.startswith("*") or a in ints) and t != "constexpr"}
 
 
+# pointer types of every paged kernel argument (AOT signatures; the rest are i32 or constexpr)
+_POINTERS = dict(q="*bf16", q_scale="*bf16", weights="*bf16", kv_cache="*u8", block_table="*i32", context_lens="*i32",
+                 out="*fp32", scores="*fp32", part_values="*fp32", part_indices="*i32", histogram="*i32",
+                 list_counts="*i32", cand_values="*fp32", cand_indices="*i32", out_values="*fp32", out_indices="*i32",
+                 bad_counts="*i32", row_start="*i64", out_payload="*u8", out_scales="*u8")
+
+
+def _signature(fn, consts: dict) -> dict:
+    return {a: ("constexpr" if a in consts else _POINTERS.get(a, "i32")) for a in fn.arg_names}
+
+
 def aot_variants(target: str, cfg: configs.PagedConfig, head_dim: int = 128, heads: int = 64):
     """(name, kernel, signature, constexprs, options, attrs) of the paged kernels with ``cfg`` on a target."""
     opts = configs.launch_options(cfg, target)
-    ptr = dict(q="*bf16", qx="*bf16", w="*bf16", kv="*u8", block_table="*i32", context_lens="*i32",
-               dst="*fp32", ws="*fp32", part_v="*fp32", part_i="*i32", hist="*i32")
     for fmt, flavor in (("mxfp4", "fn"), ("fp8", _NATIVE_FP8[target][0]), ("fp8", "fn" if target == "gfx942" else "fnuz")):
         k_fmt, fnuz, fp8_dtype = _kv_format(fmt, flavor, target)
         for n_tok in (1, 2, 4):
             hp, nt, _ = tiles(n_tok, heads, cfg.rows)
             base = dict(H=heads, Q_FMT=FMT_TENSOR.value, K_FMT=k_fmt, FNUZ=fnuz, FP8_DTYPE=fp8_dtype,
-                        DOT_DTYPE=tl.bfloat16, DEC_DTYPE=configs.decode_dtype(target), D=head_dim, HP=hp, NT=nt,
-                        BN=cfg.bn, ALIGNED=True)
+                        DOT_DTYPE=tl.bfloat16, DEC_DTYPE=configs.decode_dtype(target), D=head_dim, BLOCK_H=hp,
+                        BLOCK_T=nt, BLOCK_N=cfg.bn, ALIGNED=True)
             tag = f"{fmt}{'-' + flavor if fmt == 'fp8' else ''} N={n_tok} D={head_dim} H={heads}"
             for to_ws in (False, True):
                 consts = dict(base, TO_WS=to_ws)
-                sig = {a: ("constexpr" if a in consts else ptr.get(a, "i32")) for a in paged_scores_kernel.arg_names}
+                sig = _signature(paged_scores_kernel, consts)
                 yield (f"paged_scores[{tag}{' ws' if to_ws else ' logits'}]", paged_scores_kernel, sig, consts, opts,
                        _aligned(paged_scores_kernel, sig))
     mopts = dict(num_warps=cfg.merge_warps)
     for nt in (1, 4):
         for topk, split in ((512, False), (1024, True), (2048, True)):
-            consts = dict(NT=nt, KP=topk, KP_P2=next_pow2(topk), CH=cfg.ch, SPLIT=split, BITS=cfg.bits)
-            sig = {a: ("constexpr" if a in consts else ptr.get(a, "i32")) for a in paged_select_kernel.arg_names}
+            consts = dict(BLOCK_T=nt, LIST_SIZE=topk, LIST_SIZE_P2=next_pow2(topk), BLOCK_SELECT=cfg.ch, SPLIT=split,
+                          BITS=cfg.bits)
+            sig = _signature(paged_select_kernel, consts)
             yield (f"paged_select[NT={nt} topk={topk}{' split' if split else ''}]", paged_select_kernel, sig,
                    consts, mopts, _aligned(paged_select_kernel, sig))
     for topk in (512, 1024, 2048):
-        consts = dict(KP=topk, KP_P2=next_pow2(topk))
-        sig = {a: ("constexpr" if a in consts else ptr.get(a, "*fp32" if a.endswith("_v") else
-                                                          ("*i32" if a in ("part_i", "cnt") else "i32")))
-               for a in paged_filter_kernel.arg_names}
-        sig.update(context_lens="*i32")
-        yield f"paged_merge_filter[topk={topk}]", paged_filter_kernel, sig, consts, mopts, _aligned(paged_filter_kernel, sig)
+        consts = dict(LIST_SIZE=topk, LIST_SIZE_P2=next_pow2(topk))
+        sig = _signature(paged_filter_kernel, consts)
+        yield (f"paged_merge_filter[topk={topk}]", paged_filter_kernel, sig, consts, mopts,
+               _aligned(paged_filter_kernel, sig))
         s_p2 = 256
-        consts = dict(KP=topk, TOPK=topk, TOPK_P2=next_pow2(topk), CH=cfg.ch, S_P2=s_p2,
-                      WC=max(1, FINAL_TILE // s_p2), BITS=cfg.bits)
-        sig = {a: ("constexpr" if a in consts else
-                   ("*fp32" if a.endswith("_v") else ("*i32" if a in ("part_i", "cand_i", "out_i", "cnt") else "i32")))
-               for a in paged_final_kernel.arg_names}
+        consts = dict(LIST_SIZE=topk, TOPK=topk, TOPK_P2=next_pow2(topk), BLOCK_SELECT=cfg.ch, S_P2=s_p2,
+                      BLOCK_COPY=max(1, FINAL_TILE // s_p2), BITS=cfg.bits)
+        sig = _signature(paged_final_kernel, consts)
         yield (f"paged_merge_final[topk={topk} S<=256]", paged_final_kernel, sig, consts,
                dict(num_warps=cfg.final_warps), _aligned(paged_final_kernel, sig))
-    consts = dict(BLOCK=CHECK_PAGES)
-    sig = {a: ("constexpr" if a in consts else ("*i32" if a in ("block_table", "context_lens", "bad") else "i32"))
-           for a in paged_check_kernel.arg_names}
+    consts = dict(BLOCK_PAGES=CHECK_PAGES)
+    sig = _signature(paged_check_kernel, consts)
     yield "paged_check", paged_check_kernel, sig, consts, dict(num_warps=4), _aligned(paged_check_kernel, sig, ints=())
-    consts = dict(A=head_dim // 2, SB=head_dim // 32, GR=GATHER_ROWS)
-    sig = {a: ("constexpr" if a in consts else
-               ("*u8" if a in ("kv", "out_a", "out_s") else ("*i32" if a in ("block_table", "context_lens") else
-                                                              ("*i64" if a == "cu" else "i32"))))
-           for a in paged_gather_kernel.arg_names}
+    consts = dict(ROW_BYTES=head_dim // 2, SCALE_BYTES=head_dim // 32, BLOCK_ROWS=GATHER_ROWS)
+    sig = _signature(paged_gather_kernel, consts)
     yield (f"paged_gather[mxfp4 D={head_dim}]", paged_gather_kernel, sig, consts, dict(num_warps=4),
            _aligned(paged_gather_kernel, sig))

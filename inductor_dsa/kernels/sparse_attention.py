@@ -1,18 +1,18 @@
 """Triton kernel for DSA sparse attention over gathered KV rows (one KV head, K = V).
 
-    s_j = scale * q[b, m, h, :] . kv[b, idx[b, m, j], :]       for idx[b, m, j] >= 0
-    out[b, m, h, :] = sum_j exp(s_j - mx) kv[b, idx_j, :] / (sum_j exp(s_j - mx) + exp(sink[h] - mx))
+    s_j = scale * q[b, m, h, :] . kv[b, indices[b, m, j], :]   for indices[b, m, j] >= 0
+    out[b, m, h, :] = sum_j exp(s_j - mx) kv[b, indices_j, :] / (sum_j exp(s_j - mx) + exp(sink[h] - mx))
     lse[b, m, h] = log sum_j exp(s_j)                           (sink not included)
 
-A program owns one query (b, m) and a block of BH heads (all of them when H <= BH). Its Q
-tile [BH, D] stays resident; the query's index list is walked BN slots at a time, and each
-gathered KV tile [BN, D] is loaded ONCE and shared by all BH heads, first as K, then as V:
+A program owns one query (b, m) and a block of BLOCK_H heads (all of them when H <= BLOCK_H). Its Q
+tile [BLOCK_H, D] stays resident; the query's index list is walked BLOCK_N slots at a time, and each
+gathered KV tile [BLOCK_N, D] is loaded ONCE and shared by all BLOCK_H heads, first as K, then as V:
 
-    S [BH, BN] = Q @ KV_tile^T           (fp32 accumulate, log2-domain: scale * log2(e) folded in)
+    S [BLOCK_H, BLOCK_N] = Q @ KV_tile^T           (fp32 accumulate, log2-domain: scale * log2(e) folded in)
     online softmax: mx' = max(mx, rowmax S), alpha = 2^(mx - mx'), P = 2^(S - mx')
-    l = l * alpha + rowsum P;  acc [BH, D] = acc * alpha + P @ KV_tile   (fp32 accumulate)
+    l = l * alpha + rowsum P;  acc [BLOCK_H, D] = acc * alpha + P @ KV_tile   (fp32 accumulate)
 
-Empty slots (idx < 0) and, defensively, idx >= N score -inf and load nothing, so the kernel
+Empty slots (index < 0) and, defensively, index >= N score -inf and load nothing, so the kernel
 never reads outside kv. The sink joins at the end: mx_f = max(mx, sink * log2 e), both acc
 and l rescaled by 2^(mx - mx_f), l += 2^(sink * log2 e - mx_f). A query with no valid slot
 has acc = 0 and l = 0 (no sink) or l > 0 (sink): out is 0 either way, never NaN. NaN inputs
@@ -20,7 +20,7 @@ has acc = 0 and l = 0 (no sink) or l > 0 (sink): out is 0 either way, never NaN.
 
 Gather: ``GATHER`` picks how the loop overlaps the indirect KV load with the MMAs (see
 ``_attend``). D is not chunked: Q and the KV tile go through shared memory / LDS and the
-[BH, D] accumulator is split across warps by the MMA layout (no spills, see configs.py).
+[BLOCK_H, D] accumulator is split across warps by the MMA layout (no spills, see configs.py).
 
 Split-KV (``SPLITS`` > 1, for launches with too few programs to fill the GPU): program
 (query, head block, split) walks only its share of the slots and writes fp32 partials
@@ -43,24 +43,25 @@ def _mm(a, b, acc, DOT_DTYPE: tl.constexpr):
 
 
 @triton.jit
-def _indices(idx, i_off, k0, hi, si_k, BN: tl.constexpr):
-    """Index slots k0 .. k0+BN-1 (slots >= hi read as -1)."""
-    slot = k0 + tl.arange(0, BN)
-    return tl.load(idx + i_off + slot * si_k, mask=slot < hi, other=-1)
+def _indices(indices, idx_off, k0, hi, stride_idx_k, BLOCK_N: tl.constexpr):
+    """Index slots k0 .. k0+BLOCK_N-1 (slots >= hi read as -1)."""
+    slot = k0 + tl.arange(0, BLOCK_N)
+    return tl.load(indices + idx_off + slot * stride_idx_k, mask=slot < hi, other=-1)
 
 
 @triton.jit
-def _gather(kv, j, kv_off, N, skv_n, skv_d, D: tl.constexpr):
-    """(KV rows [BN, D], validity [BN]) for indices j; invalid rows (j < 0 or j >= N) are 0, never read."""
+def _gather(kv, j, kv_off, N, stride_kv_n, stride_kv_d, D: tl.constexpr):
+    """(KV rows [BLOCK_N, D], validity [BLOCK_N]) for indices j; invalid rows (j < 0 or j >= N) are 0,
+    never read."""
     ok = (j >= 0) & (j < N)
-    rows = kv + kv_off + tl.where(ok, j, 0).to(tl.int64) * skv_n
-    return tl.load(rows[:, None] + tl.arange(0, D)[None, :] * skv_d, mask=ok[:, None], other=0.0), ok
+    rows = kv + kv_off + tl.where(ok, j, 0).to(tl.int64) * stride_kv_n
+    return tl.load(rows[:, None] + tl.arange(0, D)[None, :] * stride_kv_d, mask=ok[:, None], other=0.0), ok
 
 
 @triton.jit
-def _step(q, kt, ok, acc, mx, l, qk_scale, BH: tl.constexpr, BN: tl.constexpr, DOT_DTYPE: tl.constexpr):
-    """One online-softmax update with KV tile kt [BN, D] (rows with ok = False score -inf)."""
-    s = _mm(q, tl.trans(kt), tl.zeros((BH, BN), tl.float32), DOT_DTYPE) * qk_scale
+def _step(q, kt, ok, acc, mx, l, qk_scale, BLOCK_H: tl.constexpr, BLOCK_N: tl.constexpr, DOT_DTYPE: tl.constexpr):
+    """One online-softmax update with KV tile kt [BLOCK_N, D] (rows with ok = False score -inf)."""
+    s = _mm(q, tl.trans(kt), tl.zeros((BLOCK_H, BLOCK_N), tl.float32), DOT_DTYPE) * qk_scale
     s = tl.where(ok[None, :], s, float("-inf"))
     mx_new = tl.maximum(mx, tl.max(s, 1))
     base = tl.where(mx_new == float("-inf"), 0.0, mx_new)  # all-empty so far: keep 2^(.) finite
@@ -72,32 +73,35 @@ def _step(q, kt, ok, acc, mx, l, qk_scale, BH: tl.constexpr, BN: tl.constexpr, D
 
 
 @triton.jit
-def _attend(q, kv, idx, i_off, kv_off, lo, hi, N, qk_scale, skv_n, skv_d, si_k,
-            BH: tl.constexpr, BN: tl.constexpr, D: tl.constexpr, DOT_DTYPE: tl.constexpr,
+def _attend(q, kv, indices, idx_off, kv_off, lo, hi, N, qk_scale, stride_kv_n, stride_kv_d, stride_idx_k,
+            BLOCK_H: tl.constexpr, BLOCK_N: tl.constexpr, D: tl.constexpr, DOT_DTYPE: tl.constexpr,
             GATHER: tl.constexpr):
-    """Online softmax of Q [BH, D] over index slots lo .. hi-1: (acc [BH, D], row max, row sum), log2 units.
+    """Online softmax of Q [BLOCK_H, D] over index slots lo .. hi-1: (acc [BLOCK_H, D], row max,
+    row sum), log2 units.
 
     GATHER picks how the indirect KV load overlaps the MMAs:
     0 the plain loop: with num_stages > 1 Triton's pipeliner loads tile i+1's indices and
     issues its KV copy into shared memory while tile i is multiplied (sm90);
     1 by hand, for num_stages = 1: while tile i is multiplied, the KV rows of tile i+1
-    (registers, BN * D / threads of them) and the indices of tile i+2 are in flight.
+    (registers, BLOCK_N * D / threads of them) and the indices of tile i+2 are in flight.
     """
-    mx = tl.full((BH,), float("-inf"), tl.float32)
-    l = tl.zeros((BH,), tl.float32)
-    acc = tl.zeros((BH, D), tl.float32)
+    mx = tl.full((BLOCK_H,), float("-inf"), tl.float32)
+    l = tl.zeros((BLOCK_H,), tl.float32)
+    acc = tl.zeros((BLOCK_H, D), tl.float32)
     if GATHER == 1:
-        kt_n, ok_n = _gather(kv, _indices(idx, i_off, lo, hi, si_k, BN), kv_off, N, skv_n, skv_d, D)
-        j_nn = _indices(idx, i_off, lo + BN, hi, si_k, BN)
-        for k0 in range(lo, hi, BN):
+        j_n = _indices(indices, idx_off, lo, hi, stride_idx_k, BLOCK_N)
+        kt_n, ok_n = _gather(kv, j_n, kv_off, N, stride_kv_n, stride_kv_d, D)
+        j_nn = _indices(indices, idx_off, lo + BLOCK_N, hi, stride_idx_k, BLOCK_N)
+        for k0 in range(lo, hi, BLOCK_N):
             kt, ok = kt_n, ok_n
-            kt_n, ok_n = _gather(kv, j_nn, kv_off, N, skv_n, skv_d, D)
-            j_nn = _indices(idx, i_off, k0 + 2 * BN, hi, si_k, BN)
-            acc, mx, l = _step(q, kt, ok, acc, mx, l, qk_scale, BH, BN, DOT_DTYPE)
+            kt_n, ok_n = _gather(kv, j_nn, kv_off, N, stride_kv_n, stride_kv_d, D)
+            j_nn = _indices(indices, idx_off, k0 + 2 * BLOCK_N, hi, stride_idx_k, BLOCK_N)
+            acc, mx, l = _step(q, kt, ok, acc, mx, l, qk_scale, BLOCK_H, BLOCK_N, DOT_DTYPE)
     else:
-        for k0 in range(lo, hi, BN):
-            kt, ok = _gather(kv, _indices(idx, i_off, k0, hi, si_k, BN), kv_off, N, skv_n, skv_d, D)
-            acc, mx, l = _step(q, kt, ok, acc, mx, l, qk_scale, BH, BN, DOT_DTYPE)
+        for k0 in range(lo, hi, BLOCK_N):
+            j = _indices(indices, idx_off, k0, hi, stride_idx_k, BLOCK_N)
+            kt, ok = _gather(kv, j, kv_off, N, stride_kv_n, stride_kv_d, D)
+            acc, mx, l = _step(q, kt, ok, acc, mx, l, qk_scale, BLOCK_H, BLOCK_N, DOT_DTYPE)
     return acc, mx, l
 
 
@@ -109,7 +113,7 @@ def _inv(l):
 
 @triton.jit
 def _finish(acc, mx, l, sink, heads, hm, HAS_SINK: tl.constexpr):
-    """(out fp32 [BH, D], lse natural-log [BH]) from online-softmax state (sink added here).
+    """(out fp32 [BLOCK_H, D], lse natural-log [BLOCK_H]) from online-softmax state (sink added here).
 
     l == 0 (no slot): lse -inf. A NaN score makes l NaN: lse and out NaN (never the -inf of "no
     slot"). The sink joins the denominator only: top = max(mx, sink) (NaN-propagating), its term
@@ -127,73 +131,120 @@ def _finish(acc, mx, l, sink, heads, hm, HAS_SINK: tl.constexpr):
 
 
 @triton.jit
-def sparse_attention_kernel(q, kv, idx, sink, out, lse, ws, M, N, H, TOPK, qk_scale,
-                            sq_b, sq_m, sq_h, sq_d, skv_b, skv_n, skv_d, si_b, si_m, si_k,
-                            so_b, so_m, so_h, sl_b, sl_m,
-                            HAS_SINK: tl.constexpr, SPLITS: tl.constexpr, DOT_DTYPE: tl.constexpr,
-                            D: tl.constexpr, BH: tl.constexpr, BN: tl.constexpr, GATHER: tl.constexpr):
-    """Grid (B * M, cdiv(H, BH), SPLITS). SPLITS == 1 writes out / lse; else fp32 partials to ws.
+def sparse_attention_kernel(
+    q,  # [B, M, H, D] bf16/fp16/fp32, any strides
+    kv,  # [B, N, D] keys = values, q's dtype, any strides
+    indices,  # [B, M, TOPK] int32 rows of kv (< 0: empty slot), any strides
+    sink,  # HAS_SINK: fp32 [H] per-head sink logits; else unused
+    out,  # [B, M, H, D] q's dtype, unit stride on D
+    lse,  # fp32 [B, M, H], unit stride on H
+    partials,  # SPLITS > 1: fp32 [B*M, SPLITS, H, D + 4] workspace; else unused
+    M,  # queries per batch entry
+    N,  # kv rows per batch entry
+    H,  # heads
+    TOPK,  # index slots per query
+    qk_scale,  # softmax scale * log2(e)
+    stride_q_b,
+    stride_q_m,
+    stride_q_h,
+    stride_q_d,
+    stride_kv_b,
+    stride_kv_n,
+    stride_kv_d,
+    stride_idx_b,
+    stride_idx_m,
+    stride_idx_k,
+    stride_out_b,
+    stride_out_m,
+    stride_out_h,
+    stride_lse_b,
+    stride_lse_m,
+    HAS_SINK: tl.constexpr,  # add the sink to every softmax denominator
+    SPLITS: tl.constexpr,  # programs per (query, head block) along the slots (split-KV)
+    DOT_DTYPE: tl.constexpr,  # dot operand type (fp32 under the interpreter)
+    D: tl.constexpr,  # head_dim
+    BLOCK_H: tl.constexpr,  # heads per program
+    BLOCK_N: tl.constexpr,  # index slots (gathered kv rows) per step
+    GATHER: tl.constexpr,  # how the kv gather overlaps the MMAs (``_attend``)
+):
+    """Grid (B * M, cdiv(H, BLOCK_H), SPLITS). SPLITS == 1 writes out / lse; else fp32 partials.
 
-    ws layout (SPLITS > 1): [B*M, SPLITS, H, D + 4] fp32: acc / l (D), row max (log2), l, 2 pad (16-byte rows).
+    partials layout (SPLITS > 1): [B*M, SPLITS, H, D + 4] fp32: acc / l (D), row max (log2), l,
+    2 pad (16-byte rows).
     """
     pid = tl.program_id(0)
     hb = tl.program_id(1)
     sp = tl.program_id(2)
     b = (pid // M).to(tl.int64)
     m = (pid % M).to(tl.int64)
-    heads = hb * BH + tl.arange(0, BH)
+    heads = hb * BLOCK_H + tl.arange(0, BLOCK_H)
     hm = heads < H
     dd = tl.arange(0, D)
-    q_ptr = q + b * sq_b + m * sq_m + heads.to(tl.int64)[:, None] * sq_h + dd[None, :] * sq_d
+    q_ptr = q + b * stride_q_b + m * stride_q_m + heads.to(tl.int64)[:, None] * stride_q_h + dd[None, :] * stride_q_d
     qt = tl.load(q_ptr, mask=hm[:, None], other=0.0)
-    per = tl.cdiv(tl.cdiv(TOPK, SPLITS), BN) * BN
+    per = tl.cdiv(tl.cdiv(TOPK, SPLITS), BLOCK_N) * BLOCK_N
     lo = sp * per
     hi = tl.minimum(lo + per, TOPK)
-    acc, mx, l = _attend(qt, kv, idx, b * si_b + m * si_m, b * skv_b, lo, hi, N, qk_scale,
-                         skv_n, skv_d, si_k, BH, BN, D, DOT_DTYPE, GATHER)
+    acc, mx, l = _attend(qt, kv, indices, b * stride_idx_b + m * stride_idx_m, b * stride_kv_b, lo, hi, N, qk_scale,
+                         stride_kv_n, stride_kv_d, stride_idx_k, BLOCK_H, BLOCK_N, D, DOT_DTYPE, GATHER)
     if SPLITS == 1:
         o, ls = _finish(acc, mx, l, sink, heads, hm, HAS_SINK)
-        o_ptr = out + b * so_b + m * so_m + heads.to(tl.int64)[:, None] * so_h + dd[None, :]
+        o_ptr = out + b * stride_out_b + m * stride_out_m + heads.to(tl.int64)[:, None] * stride_out_h + dd[None, :]
         tl.store(o_ptr, o.to(out.dtype.element_ty), mask=hm[:, None])
-        tl.store(lse + b * sl_b + m * sl_m + heads, ls, mask=hm)
+        tl.store(lse + b * stride_lse_b + m * stride_lse_m + heads, ls, mask=hm)
     else:
         row = ((pid.to(tl.int64) * SPLITS + sp) * H + heads) * (D + 4)
-        tl.store(ws + row[:, None] + dd[None, :], acc * _inv(l)[:, None], mask=hm[:, None])
-        tl.store(ws + row + D, mx, mask=hm)
-        tl.store(ws + row + D + 1, l, mask=hm)
+        tl.store(partials + row[:, None] + dd[None, :], acc * _inv(l)[:, None], mask=hm[:, None])
+        tl.store(partials + row + D, mx, mask=hm)
+        tl.store(partials + row + D + 1, l, mask=hm)
 
 
 @triton.jit
-def combine_kernel(ws, sink, out, lse, M, H, so_b, so_m, so_h, sl_b, sl_m,
-                   HAS_SINK: tl.constexpr, SPLITS: tl.constexpr, D: tl.constexpr, BH: tl.constexpr,
-                   DC: tl.constexpr):
+def combine_kernel(
+    partials,  # fp32 [B*M, SPLITS, H, D + 4] from sparse_attention_kernel
+    sink,  # HAS_SINK: fp32 [H] per-head sink logits; else unused
+    out,  # [B, M, H, D] q's dtype, unit stride on D
+    lse,  # fp32 [B, M, H], unit stride on H
+    M,  # queries per batch entry
+    H,  # heads
+    stride_out_b,
+    stride_out_m,
+    stride_out_h,
+    stride_lse_b,
+    stride_lse_m,
+    HAS_SINK: tl.constexpr,  # add the sink to every softmax denominator
+    SPLITS: tl.constexpr,  # partials per (query, head)
+    D: tl.constexpr,  # head_dim
+    BLOCK_H: tl.constexpr,  # heads per program
+    BLOCK_D: tl.constexpr,  # output columns per program
+):
     """Merge SPLITS partials per (query, head): acc = sum_s 2^(mx_s - mx) l_s o_s, l likewise.
 
-    Grid (B * M, cdiv(H, BH), D // DC): a program merges DC output columns of BH heads.
+    Grid (B * M, cdiv(H, BLOCK_H), D // BLOCK_D): a program merges BLOCK_D output columns of BLOCK_H heads.
     """
     pid = tl.program_id(0)
     hb = tl.program_id(1)
-    d0 = tl.program_id(2) * DC
+    d0 = tl.program_id(2) * BLOCK_D
     b = (pid // M).to(tl.int64)
     m = (pid % M).to(tl.int64)
-    heads = hb * BH + tl.arange(0, BH)
+    heads = hb * BLOCK_H + tl.arange(0, BLOCK_H)
     hm = heads < H
-    dd = d0 + tl.arange(0, DC)
-    mx = tl.full((BH,), float("-inf"), tl.float32)
+    dd = d0 + tl.arange(0, BLOCK_D)
+    mx = tl.full((BLOCK_H,), float("-inf"), tl.float32)
     for s in tl.static_range(SPLITS):
         row = ((pid.to(tl.int64) * SPLITS + s) * H + heads) * (D + 4)
-        mx = tl.maximum(mx, tl.load(ws + row + D, mask=hm, other=float("-inf")))
+        mx = tl.maximum(mx, tl.load(partials + row + D, mask=hm, other=float("-inf")))
     base = tl.where(mx == float("-inf"), 0.0, mx)
-    l = tl.zeros((BH,), tl.float32)
-    acc = tl.zeros((BH, DC), tl.float32)
+    l = tl.zeros((BLOCK_H,), tl.float32)
+    acc = tl.zeros((BLOCK_H, BLOCK_D), tl.float32)
     for s in tl.static_range(SPLITS):
         row = ((pid.to(tl.int64) * SPLITS + s) * H + heads) * (D + 4)
-        w = tl.exp2(tl.load(ws + row + D, mask=hm, other=float("-inf")) - base)
-        w = w * tl.load(ws + row + D + 1, mask=hm, other=0.0)
+        w = tl.exp2(tl.load(partials + row + D, mask=hm, other=float("-inf")) - base)
+        w = w * tl.load(partials + row + D + 1, mask=hm, other=0.0)
         l += w
-        acc += tl.load(ws + row[:, None] + dd[None, :], mask=hm[:, None], other=0.0) * w[:, None]
+        acc += tl.load(partials + row[:, None] + dd[None, :], mask=hm[:, None], other=0.0) * w[:, None]
     o, ls = _finish(acc, base, l, sink, heads, hm, HAS_SINK)
-    o_ptr = out + b * so_b + m * so_m + heads.to(tl.int64)[:, None] * so_h + dd[None, :]
+    o_ptr = out + b * stride_out_b + m * stride_out_m + heads.to(tl.int64)[:, None] * stride_out_h + dd[None, :]
     tl.store(o_ptr, o.to(out.dtype.element_ty), mask=hm[:, None])
     if d0 == 0:
-        tl.store(lse + b * sl_b + m * sl_m + heads, ls, mask=hm)
+        tl.store(lse + b * stride_lse_b + m * stride_lse_m + heads, ls, mask=hm)
