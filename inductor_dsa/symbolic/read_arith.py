@@ -99,12 +99,18 @@ def binary(I, node, depth):
     return a, b, I.bcast(node, [a, b])
 
 
-@ARITH.handles(aten.relu)
-def _relu(I, node, depth):
-    x = I.ev(node.args[0], depth)
-    if not I.is_float(x):
-        return None
-    return TV(Relu(x.value), x.dims, node.meta["val"].dtype)
+def float_unary(make):
+    """Handler of a float elementwise op: x -> ``make(x.value)`` (a value-tree node), x's dims, the
+    node's dtype; no reading (None) for an index operand."""
+    def read(I, node, depth):
+        x = I.ev(node.args[0], depth)
+        if not I.is_float(x):
+            return None
+        return TV(make(x.value), x.dims, node.meta["val"].dtype)
+    return read
+
+
+ARITH.handles(aten.relu)(float_unary(Relu))
 
 
 def _index_minmax(I, node, x, lo, hi):

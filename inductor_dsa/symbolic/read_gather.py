@@ -9,7 +9,7 @@ import sympy
 import torch
 import torch.fx as fx
 
-from .read_arith import binary, reduce_dims
+from .read_arith import binary, float_unary, reduce_dims
 from .reader import TV, HandlerSet, arg_of, norm_dim
 from .shapes import as_expr
 from .values import Cat, Const, Exp, Gather, Max, Recip
@@ -20,20 +20,8 @@ prims = torch.ops.prims
 GATHER = HandlerSet("gather")
 
 
-@GATHER.handles(aten.exp)
-def _exp(I, node, depth):
-    x = I.ev(node.args[0], depth)
-    if not I.is_float(x):
-        return None
-    return TV(Exp(x.value), x.dims, node.meta["val"].dtype)
-
-
-@GATHER.handles(aten.reciprocal)
-def _reciprocal(I, node, depth):
-    x = I.ev(node.args[0], depth)
-    if not I.is_float(x):
-        return None
-    return TV(Recip(x.value), x.dims, node.meta["val"].dtype)
+GATHER.handles(aten.exp)(float_unary(Exp))
+GATHER.handles(aten.reciprocal)(float_unary(Recip))
 
 
 def _reduce_max(I, node, x, ds, keep):
