@@ -18,7 +18,7 @@ from torch.overrides import TorchFunctionMode  # noqa: E402
 
 import inductor_dsa  # noqa: E402
 from inductor_dsa import lowering, reference  # noqa: E402
-from inductor_dsa.lowering.install import _with_ours, run_fx_graph as _run_fx_graph  # noqa: E402
+from inductor_dsa.lowering.install import with_ours, run_fx_graph as _run_fx_graph  # noqa: E402
 
 assert os.path.abspath(inductor_dsa.__file__).startswith(ROOT), (
     f"tests import inductor_dsa from {inductor_dsa.__file__}, not from this checkout {ROOT}")
@@ -30,7 +30,7 @@ class SnapshotPass(CustomGraphPass):
     """Runs the inductor_dsa pass and keeps the graph's code before and after it."""
 
     def __init__(self):
-        self.inner = _with_ours(None)
+        self.inner = with_ours(None)
         self.before, self.after = [], []
 
     def __call__(self, graph):
@@ -46,7 +46,7 @@ def pass_only_backend(snapshot: SnapshotPass | None = None):
     """Inductor's compile_fx with our pass first and no code generation (the FX graph runs):
     see ``lowering.graph_only_backend``. Tests that need real code generation use
     ``inductor_dsa.backend``."""
-    return lowering.graph_only_backend(snapshot if snapshot is not None else _with_ours(None))
+    return lowering.graph_only_backend(snapshot if snapshot is not None else with_ours(None))
 
 
 def compile_run(fn, args, backend=None, dynamic=None):

@@ -32,8 +32,9 @@ def _contains_ours(p) -> bool:
     return False
 
 
-def _with_ours(current):
-    """The value of joint_custom_pre_pass that runs our pass, then whatever was there."""
+def with_ours(current):
+    """The value of joint_custom_pre_pass that runs our pass, then ``current`` (whatever was there;
+    unchanged when it already runs ours). Also what tests hand ``graph_only_backend``."""
     if current is None:
         return PASS
     if _contains_ours(current):
@@ -65,7 +66,7 @@ def install() -> None:
         if _contains_ours(cur):
             return
         _saved.append(cur)
-        cfg.joint_custom_pre_pass = _with_ours(cur)
+        cfg.joint_custom_pre_pass = with_ours(cur)
 
 
 def uninstall() -> None:
@@ -85,7 +86,7 @@ def is_installed() -> bool:
 def enabled():
     """``with inductor_dsa.enabled(): torch.compile(model)(x)`` - the pass only inside."""
     cfg = _config()
-    with cfg.patch(joint_custom_pre_pass=_with_ours(cfg.joint_custom_pre_pass)):
+    with cfg.patch(joint_custom_pre_pass=with_ours(cfg.joint_custom_pre_pass)):
         yield
 
 
@@ -103,7 +104,7 @@ def backend(gm: torch.fx.GraphModule, example_inputs, *, mode: str | None = None
     patches = dict(torch._TorchCompileInductorWrapper(mode, options, None).config)
     if patches.get("max_autotune"):
         autotune.request_max_autotune()
-    patches["joint_custom_pre_pass"] = _with_ours(patches.get("joint_custom_pre_pass", _config().joint_custom_pre_pass))
+    patches["joint_custom_pre_pass"] = with_ours(patches.get("joint_custom_pre_pass", _config().joint_custom_pre_pass))
     return compile_fx(gm, example_inputs, config_patches=patches, **kwargs)
 
 
