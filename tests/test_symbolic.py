@@ -93,3 +93,24 @@ def test_emitter_evaluates_atoms_sizes_and_floors():
     a, b, c = A.new(2), A.new(3), A.new(4)
     y = arrange(x, ((a,), (b,), (c,)), [[c], [a, b]], A.size)
     assert torch.equal(y, x.permute(2, 0, 1).reshape(4, 6))
+
+
+def test_splice_call_rejects_a_diagonal_operand():
+    """``splice.Call``: a graph tensor read with one index in two places (x[i, i], or [i*j, i] after
+    a merge) is a diagonal, which the traced replacement would read as a full tensor: rejected with
+    that reason. Distinct indices, merged dims and scalars pass and become the call's arguments."""
+    from types import SimpleNamespace
+    from inductor_dsa.symbolic.splice import Call
+
+    A = Atoms(Shapes())
+    (i,), (j,) = A.dim(4), A.dim(6)
+    g = fx.Graph()
+    x = g.placeholder("x")
+    n = g.placeholder("n")
+    form = SimpleNamespace(static=[])
+    for dims in (((i,), (i,)), ((i, j), (i,)), ((j,), (i,), (j,))):
+        with pytest.raises(Reject, match=r"^x repeats an index \(a diagonal\), not supported$"):
+            Call(form, A, [SimpleNamespace(node=x, dims=dims)], [])
+    for dims in (((i,), (j,)), ((i, j),), ((j,), (), (i,)), ()):
+        call = Call(form, A, [SimpleNamespace(node=x, dims=dims)], [n])
+        assert call.args() == [x, n]
