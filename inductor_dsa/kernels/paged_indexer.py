@@ -78,7 +78,7 @@ def _paged_block(qT, wv, kv_cache, page, j0, jend, num_pages, stride_page,
                  BLOCK_T: tl.constexpr, BLOCK_H: tl.constexpr, BLOCK_N: tl.constexpr, D: tl.constexpr,
                  DOT_DTYPE: tl.constexpr, DEC_DTYPE: tl.constexpr, ALIGNED: tl.constexpr):
     """logits^T [BLOCK_N, BLOCK_T] of request-local rows j0 .. j0+BLOCK_N-1, all in one page
-    (rows >= jend score 0)."""
+    (rows >= jend score 0), for the query tile qT and head weights wv of ``_request_queries``."""
     ok, base, r = _page_rows(page, j0, jend, num_pages, stride_page, BLOCK_N)
     if K_FMT == FMT_MXFP4:
         kt = mxfp4_rows_mma(kv_cache, kv_cache, base + r * (D // 2), base + PAGE * (D // 2) + r * (D // 32), ok,
