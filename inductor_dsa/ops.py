@@ -117,8 +117,8 @@ def indexer_logits(q: Tensor, q_scale: Optional[Tensor], k: Tensor, k_scale: Opt
                    weights: Tensor, k_start: Tensor, k_end: Tensor) -> Tensor:
     checks.indexer(q, q_scale, k, k_scale, weights)
     if configs.use_kernels(q.device):
-        from .kernels import launch
-        return launch.indexer_logits(q, q_scale, k, k_scale, weights, k_start, k_end)
+        from .kernels import indexer_launch
+        return indexer_launch.indexer_logits(q, q_scale, k, k_scale, weights, k_start, k_end)
     return fallback.indexer_logits(q, q_scale, k, k_scale, weights, k_start, k_end)
 
 
@@ -133,8 +133,8 @@ def indexer_topk(q: Tensor, q_scale: Optional[Tensor], k: Tensor, k_scale: Optio
     checks.indexer(q, q_scale, k, k_scale, weights)
     checks.topk_arg(topk)
     if configs.use_kernels(q.device) and topk <= TOPK_FUSED_MAX:
-        from .kernels import launch
-        return launch.indexer_topk(q, q_scale, k, k_scale, weights, k_start, k_end, topk)
+        from .kernels import indexer_launch
+        return indexer_launch.indexer_topk(q, q_scale, k, k_scale, weights, k_start, k_end, topk)
     logits = indexer_logits(q, q_scale, k, k_scale, weights, k_start, k_end)
     return fallback.logits_topk(logits, k_start, k_end, topk)
 
@@ -151,8 +151,8 @@ def logits_topk(logits: Tensor, k_start: Tensor, k_end: Tensor, topk: int) -> tu
     checks.logits(logits)
     checks.topk_arg(topk)
     if configs.use_kernels(logits.device) and topk <= TOPK_FUSED_MAX:
-        from .kernels import launch
-        return launch.logits_topk(logits.contiguous(), k_start, k_end, topk)
+        from .kernels import indexer_launch
+        return indexer_launch.logits_topk(logits.contiguous(), k_start, k_end, topk)
     return fallback.logits_topk(logits, k_start, k_end, topk)
 
 
