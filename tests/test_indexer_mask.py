@@ -81,3 +81,11 @@ def test_bad_masks_raise(bad, exc, what, gen):
     q, k, w = _inputs(gen, 5, 7)
     with pytest.raises(exc, match=what):
         idsa.indexer_topk(*to_device_each(q, k, w), 4, mask=bad.to(DEVICE))
+
+
+def test_masked_topk_traces_under_compile(gen):
+    q, k, w = _inputs(gen, 9, 20, 4, 32)
+    m = torch.rand(9, 20, generator=gen) < 0.5
+    f = torch.compile(lambda q, k, w, m: idsa.indexer_topk(q, k, w, 5, mask=m), fullgraph=True)
+    vals, idx = f(*to_device_each(q, k, w, m))
+    assert torch.equal(idx.cpu(), reference.indexer_topk(q, k, w, 5, mask=m)[1])
