@@ -5,7 +5,7 @@ TypeError (wrong kind or dtype) or ValueError (wrong shape, size, device) naming
 argument. They read no tensor data, so they never sync and are valid under tracing and
 CUDA-graph capture.
 
-Value checks (``paged_values``, ``index_range``) read the data: a reduction, or the counts of
+Value checks (``paged_values``, ``index_range``, ``mask_values``) read the data: a reduction, or the counts of
 a counting kernel its caller launched, and one device-to-host copy (a sync) per call. They run by default and are skipped
 
   - while a CUDA graph is being captured, under torch.compile tracing, on fake / meta tensors;
@@ -148,6 +148,36 @@ def ranges(k_start, k_end, rows: int, device) -> tuple[torch.Tensor, torch.Tenso
             x = x.clamp(torch.iinfo(torch.int32).min, torch.iinfo(torch.int32).max)
         out.append(x.to(torch.int32).contiguous())
     return out[0], out[1]
+
+
+MASK_DTYPES = (torch.bool,) + FLOAT_DTYPES
+
+
+def mask(m, rows: int, cols: int, device):
+    """None, or ``m`` expanded (a view, never a copy) to [rows, cols]: a bool (True = visible) or
+    fp32/bf16/fp16 additive-bias tensor of a shape that broadcasts to [T, K]."""
+    if m is None:
+        return None
+    m = tensor(m, "mask")
+    if m.dtype not in MASK_DTYPES:
+        raise TypeError(f"mask must be bool (True = visible) or a bf16/fp16/fp32 additive bias, got {m.dtype}")
+    if m.dim() > 2 or any(s not in (1, want) for s, want in zip(m.shape[::-1], (cols, rows))):
+        raise ValueError(f"mask must have shape ({rows}, {cols}) = [T, K] or one that broadcasts to it, "
+                         f"got {tuple(m.shape)}")
+    if m.device != device:
+        raise ValueError(f"mask is on {m.device} but q is on {device}")
+    return m.expand(rows, cols)
+
+
+def mask_values(m) -> None:
+    """Value check: ValueError if an additive mask holds NaN or +inf (-inf hides; finite values add).
+    READS the data (one reduction, one sync)."""
+    if m is None or m.dtype == torch.bool or not m.numel():
+        return
+    nan, pos = torch.stack([m.isnan().any(), m.isposinf().any()]).tolist()
+    if nan or pos:
+        raise ValueError(f"mask: an additive mask must hold finite values or -inf, found "
+                         f"{' and '.join(w for w, bad in (('NaN', nan), ('+inf', pos)) if bad)}")
 
 
 def topk_arg(topk) -> int:

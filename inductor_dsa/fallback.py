@@ -31,6 +31,17 @@ def visible_mask(k_start: torch.Tensor, k_end: torch.Tensor, cols: int) -> torch
     return (j >= k_start.long().unsqueeze(1)) & (j < k_end.long().unsqueeze(1))
 
 
+def mask_visible(mask) -> torch.Tensor:
+    """Bool [T, K] of the columns a mask shows: a bool mask itself, an additive one where != -inf."""
+    return mask if mask.dtype == torch.bool else mask != float("-inf")
+
+
+def visible(k_start, k_end, cols: int, mask=None) -> torch.Tensor:
+    """Bool [T, K]: inside the row's range and (mask given) shown by the mask."""
+    vis = visible_mask(k_start, k_end, cols)
+    return vis if mask is None else vis & mask_visible(mask)
+
+
 def _head_sum(q: torch.Tensor, keys: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
     """sum_h w[..., h] * relu(q[..., h, :] @ keys^T) in fp32, one head at a time (no [.., H, K]
     intermediate): q [*, R, H, D], keys [*, K, D], w [*, R, H] -> [*, R, K]. relu keeps NaN."""
@@ -42,10 +53,13 @@ def _head_sum(q: torch.Tensor, keys: torch.Tensor, w: torch.Tensor) -> torch.Ten
     return out
 
 
-def indexer_logits(q, q_scale, k, k_scale, weights, k_start, k_end) -> torch.Tensor:
-    """fp32 [T, K]: sum_h w[t, h] relu(q[t, h] . k[j]) for k_start[t] <= j < k_end[t], else -inf."""
+def indexer_logits(q, q_scale, k, k_scale, weights, k_start, k_end, mask=None) -> torch.Tensor:
+    """fp32 [T, K]: sum_h w[t, h] relu(q[t, h] . k[j]) (+ an additive mask, in fp32) where visible
+    (k_start[t] <= j < k_end[t], and shown by the mask), else -inf."""
     logits = _head_sum(dequantize(q, q_scale), dequantize(k, k_scale), dequantize(weights))
-    return logits.masked_fill(~visible_mask(k_start, k_end, k.shape[0]), float("-inf"))
+    if mask is not None and mask.dtype != torch.bool:
+        logits = logits + mask.float()
+    return logits.masked_fill(~visible(k_start, k_end, k.shape[0], mask), float("-inf"))
 
 
 def f32_keys(x: torch.Tensor) -> torch.Tensor:
@@ -75,9 +89,12 @@ def topk_from_logits(logits: torch.Tensor, topk: int, visible: torch.Tensor):
     return vals.float(), idx
 
 
-def logits_topk(logits, k_start, k_end, topk: int):
-    """``topk_from_logits`` over each row's range k_start[t] <= j < k_end[t]."""
-    return topk_from_logits(logits, topk, visible_mask(k_start, k_end, logits.shape[1]))
+def logits_topk(logits, k_start, k_end, topk: int, mask=None):
+    """``topk_from_logits`` over each row's range k_start[t] <= j < k_end[t]; with a mask, over the
+    columns it shows too, and a visible NaN score ranks as -inf (docs/semantics.md, "Masks")."""
+    if mask is not None:
+        logits = logits.nan_to_num(nan=float("-inf"), posinf=float("inf"), neginf=float("-inf"))
+    return topk_from_logits(logits, topk, visible(k_start, k_end, logits.shape[1], mask))
 
 
 def sparse_attention(q, kv, indices, sink, scale: float):

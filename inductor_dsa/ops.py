@@ -112,35 +112,45 @@ def _fake(op):
     return torch.library.register_fake(op._qualified_op_name)
 
 
+def _mask(mask, info, device):
+    """The mask expanded to [T, K] (a view) and, where value checks run, its values checked."""
+    mask = checks.mask(mask, info["T"], info["K"], device)
+    if mask is not None and checks.can_read(None, mask):
+        checks.mask_values(mask)
+    return mask
+
+
 @_op
 def indexer_logits(q: Tensor, q_scale: Optional[Tensor], k: Tensor, k_scale: Optional[Tensor],
-                   weights: Tensor, k_start: Tensor, k_end: Tensor) -> Tensor:
-    checks.indexer(q, q_scale, k, k_scale, weights)
+                   weights: Tensor, k_start: Tensor, k_end: Tensor, mask: Optional[Tensor] = None) -> Tensor:
+    """fp32 [T, K] logits; ``mask`` (broadcastable to [T, K]): bool, True = visible, or an additive bias."""
+    mask = _mask(mask, checks.indexer(q, q_scale, k, k_scale, weights), q.device)
     if configs.use_kernels(q.device):
-        from .kernels import launch
-        return launch.indexer_logits(q, q_scale, k, k_scale, weights, k_start, k_end)
-    return fallback.indexer_logits(q, q_scale, k, k_scale, weights, k_start, k_end)
+        from .kernels import indexer_launch
+        return indexer_launch.indexer_logits(q, q_scale, k, k_scale, weights, k_start, k_end, mask)
+    return fallback.indexer_logits(q, q_scale, k, k_scale, weights, k_start, k_end, mask)
 
 
 @_fake(indexer_logits)
-def _(q, q_scale, k, k_scale, weights, k_start, k_end):
+def _(q, q_scale, k, k_scale, weights, k_start, k_end, mask=None):
     return q.new_empty((q.shape[0], k.shape[0]), dtype=torch.float32)
 
 
 @_op
 def indexer_topk(q: Tensor, q_scale: Optional[Tensor], k: Tensor, k_scale: Optional[Tensor],
-                 weights: Tensor, k_start: Tensor, k_end: Tensor, topk: int) -> tuple[Tensor, Tensor]:
-    checks.indexer(q, q_scale, k, k_scale, weights)
+                 weights: Tensor, k_start: Tensor, k_end: Tensor, topk: int,
+                 mask: Optional[Tensor] = None) -> tuple[Tensor, Tensor]:
+    mask = _mask(mask, checks.indexer(q, q_scale, k, k_scale, weights), q.device)
     checks.topk_arg(topk)
     if configs.use_kernels(q.device) and topk <= TOPK_FUSED_MAX:
-        from .kernels import launch
-        return launch.indexer_topk(q, q_scale, k, k_scale, weights, k_start, k_end, topk)
-    logits = indexer_logits(q, q_scale, k, k_scale, weights, k_start, k_end)
-    return fallback.logits_topk(logits, k_start, k_end, topk)
+        from .kernels import indexer_launch
+        return indexer_launch.indexer_topk(q, q_scale, k, k_scale, weights, k_start, k_end, topk, mask)
+    logits = indexer_logits(q, q_scale, k, k_scale, weights, k_start, k_end, mask)
+    return fallback.logits_topk(logits, k_start, k_end, topk, mask)
 
 
 @_fake(indexer_topk)
-def _(q, q_scale, k, k_scale, weights, k_start, k_end, topk):
+def _(q, q_scale, k, k_scale, weights, k_start, k_end, topk, mask=None):
     shape = (q.shape[0], topk)
     return q.new_empty(shape, dtype=torch.float32), q.new_empty(shape, dtype=torch.int32)
 
@@ -151,8 +161,8 @@ def logits_topk(logits: Tensor, k_start: Tensor, k_end: Tensor, topk: int) -> tu
     checks.logits(logits)
     checks.topk_arg(topk)
     if configs.use_kernels(logits.device) and topk <= TOPK_FUSED_MAX:
-        from .kernels import launch
-        return launch.logits_topk(logits.contiguous(), k_start, k_end, topk)
+        from .kernels import indexer_launch
+        return indexer_launch.logits_topk(logits.contiguous(), k_start, k_end, topk)
     return fallback.logits_topk(logits, k_start, k_end, topk)
 
 

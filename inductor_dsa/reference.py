@@ -16,7 +16,7 @@ from __future__ import annotations
 import torch
 
 from . import fallback
-from .fallback import paged_gather, visible_mask  # noqa: F401  (index plumbing, dtype-free)
+from .fallback import paged_gather, visible, visible_mask  # noqa: F401  (index plumbing, dtype-free)
 
 
 def dequantize(x, dtype=torch.float64) -> torch.Tensor:
@@ -42,8 +42,9 @@ def ratio_ranges(rows: int, ratio: int, device=None) -> tuple[torch.Tensor, torc
     return torch.zeros_like(t), (t + 1) // ratio
 
 
-def indexer_logits(q, k, weights, k_start=None, k_end=None) -> torch.Tensor:
-    """float64 [T, K] indexer logits, -inf outside [k_start[t], k_end[t])."""
+def indexer_logits(q, k, weights, k_start=None, k_end=None, mask=None) -> torch.Tensor:
+    """float64 [T, K] indexer logits (+ an additive mask's bias), -inf outside [k_start[t], k_end[t])
+    and where the mask hides (bool False, bias -inf)."""
     q64, k64 = dequantize(q), dequantize(k)
     w64 = weights.to(torch.float64)
     scores = torch.einsum("thd,kd->thk", q64, k64).clamp_min(0)
@@ -51,7 +52,9 @@ def indexer_logits(q, k, weights, k_start=None, k_end=None) -> torch.Tensor:
     rows, cols = logits.shape
     if k_start is None:
         k_start, k_end = full_ranges(rows, cols, logits.device)
-    return logits.masked_fill(~visible_mask(k_start, k_end, cols), float("-inf"))
+    if mask is not None and mask.dtype != torch.bool:
+        logits = logits + mask.to(torch.float64)
+    return logits.masked_fill(~visible(k_start, k_end, cols, mask), float("-inf"))
 
 
 def topk_from_logits(logits: torch.Tensor, topk: int, visible: torch.Tensor):
@@ -79,13 +82,16 @@ def logits_topk(logits, topk, k_start, k_end):
     return topk_from_logits(logits.to(torch.float64), topk, visible_mask(k_start, k_end, logits.shape[1]))
 
 
-def indexer_topk(q, k, weights, topk, k_start=None, k_end=None):
-    """Top-k of ``indexer_logits`` (float64 scores, values returned as fp32)."""
-    logits = indexer_logits(q, k, weights, k_start, k_end)
+def indexer_topk(q, k, weights, topk, k_start=None, k_end=None, mask=None):
+    """Top-k of ``indexer_logits`` (float64 scores, values returned as fp32). With a mask, only the
+    columns it shows are candidates and a visible NaN score ranks as -inf (ties: lower column)."""
+    logits = indexer_logits(q, k, weights, k_start, k_end, mask)
     rows, cols = logits.shape
     if k_start is None:
         k_start, k_end = full_ranges(rows, cols, logits.device)
-    return topk_from_logits(logits, topk, visible_mask(k_start, k_end, cols))
+    if mask is not None:
+        logits = torch.where(logits.isnan(), float("-inf"), logits)
+    return topk_from_logits(logits, topk, visible(k_start, k_end, cols, mask))
 
 
 def topk_mismatch(indices, logits64, topk, rel_tol=1e-2, abs_tol=1e-3) -> str | None:

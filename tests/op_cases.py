@@ -35,7 +35,8 @@ def _cpu(x: dict) -> dict:
 
 # --- prefill indexer -------------------------------------------------------------------------------
 
-def _indexer(device, t, n, h, d, kind, topk, ranges):
+def _indexer(device, t, n, h, d, kind, topk, ranges, mask=False):
+    """``mask``: also a random bool [T, K] mask given as data (issue 22)."""
     def mk(seed):
         g = torch.Generator().manual_seed(seed)
         q = torch.randn(t, h, d, generator=g).bfloat16()
@@ -43,6 +44,8 @@ def _indexer(device, t, n, h, d, kind, topk, ranges):
         w = torch.randn(t, h, generator=g)
         ks, ke = mask_ranges(ranges, t, n, g)
         x = dict(q=q, w=w, ks=ks, ke=ke)
+        if mask:
+            x["m"] = torch.rand(t, n, generator=g) < 0.5
         if kind == "mxfp4":
             x["k"], x["kx"] = formats.mxfp4_encode(k)
         elif kind == "fp8":
@@ -59,14 +62,16 @@ def _indexer(device, t, n, h, d, kind, topk, ranges):
 
     def ref(x):
         c = _cpu(x)
-        return reference.indexer_logits(c["q"], key(c), c["w"], c["ks"], c["ke"])
+        return reference.indexer_logits(c["q"], key(c), c["w"], c["ks"], c["ke"], c.get("m"))
 
     if topk is None:
         return Case(f"indexer_logits[{kind}]", mk, empty,
-                    lambda x: idsa.indexer_logits(x["q"], key(x), x["w"], k_start=x["ks"], k_end=x["ke"]),
+                    lambda x: idsa.indexer_logits(x["q"], key(x), x["w"], k_start=x["ks"], k_end=x["ke"],
+                                                  mask=x.get("m")),
                     lambda x, out: assert_logits(out, ref(x), 1e-5))
-    return Case(f"indexer_topk[{kind}, topk={topk}]", mk, empty,
-                lambda x: idsa.indexer_topk(x["q"], key(x), x["w"], topk, k_start=x["ks"], k_end=x["ke"]),
+    return Case(f"indexer_topk[{kind}, topk={topk}{', mask' if mask else ''}]", mk, empty,
+                lambda x: idsa.indexer_topk(x["q"], key(x), x["w"], topk, k_start=x["ks"], k_end=x["ke"],
+                                            mask=x.get("m")),
                 lambda x, out: assert_topk(*out, ref(x), topk))
 
 
@@ -137,6 +142,7 @@ def cases(device, gpu_sizes: bool | None = None) -> list[Case]:
             _indexer(device, 37, 75, 8, 64, "bf16", None, "ragged"),
             _indexer(device, 19, 130, 16, 128, "mxfp4", 50, "causal"),
             _indexer(device, 3, 2200, 4, 64, "fp8", 2100, "full"),                # > 2048: sort fallback
+            _indexer(device, 37, 300, 8, 64, "bf16", 40, "causal", mask=True),    # mask as data: hull + hide
             _paged(device, "logits", "mxfp4", [0, 1, 65, 190], 3, 2, 8, 64),
             _paged(device, "topk", "mxfp4", [4000], 64, 1, 64, 128, topk=512),   # B=1: sequence split
             _paged(device, "topk", "fp8", [0, 1, 65, 190], 3, 2, 8, 64, topk=24),
@@ -147,6 +153,7 @@ def cases(device, gpu_sizes: bool | None = None) -> list[Case]:
     return [
         _indexer(device, 5, 13, 2, 32, "bf16", None, "ragged"),
         _indexer(device, 5, 40, 2, 32, "mxfp4", 7, "causal"),
+        _indexer(device, 6, 30, 2, 32, "bf16", 5, "ragged", mask=True),
         _paged(device, "logits", "mxfp4", [0, 1, 70], 2, 1, 2, 32),
         _paged(device, "topk", "mxfp4", [190], 3, 1, 4, 32, topk=9),            # interpreter: split plan
         _paged(device, "topk", "fp8", [0, 5, 70], 2, 2, 2, 32, topk=6),

@@ -416,11 +416,11 @@ def test_indexer_ranges_outside_are_clamped():
 
 def test_checks_run_before_any_launch(monkeypatch):
     """A rejected call launches nothing: the launchers are replaced by a tripwire."""
-    from inductor_dsa.kernels import attention_launch, launch, paged_launch
+    from inductor_dsa.kernels import attention_launch, indexer_launch, paged_launch
 
     def boom(*a, **k):
         raise AssertionError("launched")
-    for mod, names in ((launch, ("indexer_logits", "indexer_topk")), (attention_launch, ("sparse_attention",)),
+    for mod, names in ((indexer_launch, ("indexer_logits", "indexer_topk")), (attention_launch, ("sparse_attention",)),
                        (paged_launch, ("paged_logits", "paged_topk", "paged_gather"))):
         for n in names:
             monkeypatch.setattr(mod, n, boom)

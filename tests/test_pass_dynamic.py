@@ -59,7 +59,7 @@ def test_ten_lengths_compile_at_most_twice_and_always_swap(monkeypatch):
     dynamic graph): at most 2 compilations for 10 lengths, counted by a backend wrapping
     inductor_dsa.backend, every compilation swapped, and every call runs the fused top-k."""
     from inductor_dsa import fallback
-    from inductor_dsa.kernels import launch
+    from inductor_dsa.kernels import indexer_launch as launch
     torch._dynamo.reset()
     lowering.reset()
     compiles, launches = [], []

@@ -4,9 +4,9 @@
 def config_variants(target: str):
     """(family, config, AOT variants) of every shipped config and autotuning candidate of ``target``;
     config None: each operand format's shipped logits config."""
-    from . import attention_launch, configs, launch, paged_launch
-    families = (("indexer_logits", configs.INDEXER_LOGITS, launch.logits_aot_variants),
-                ("select", configs.SELECT, launch.select_aot_variants),
+    from . import attention_launch, configs, indexer_launch, paged_launch
+    families = (("indexer_logits", configs.INDEXER_LOGITS, indexer_launch.logits_aot_variants),
+                ("select", configs.SELECT, indexer_launch.select_aot_variants),
                 ("sparse_attention", configs.SPARSE_ATTENTION, attention_launch.sparse_attention_aot_variants),
                 ("paged", configs.PAGED, paged_launch.aot_variants))
     for family, table, variants in families:

@@ -18,6 +18,16 @@ are computed. MXFP4 operands are decoded in registers right after their byte loa
 Top-k: the launcher walks the tokens in chunks of C rows, ``logits_kernel`` writes a chunk's
 C x K fp32 scores into a workspace no larger than the outputs (the [T, K] logits never exist),
 then the selection engine (kernels/select.py) picks each row's top-k from it.
+
+Masks given as data (MASK_KIND, a [T, K] tensor of any strides, 0 included): bool (True =
+visible) or an additive fp32/bf16/fp16 bias (score + bias; a -inf bias hides). ``mask_hull_kernel``
+first narrows each row's [k_start, k_end) to the hull [first, last + 1) of its visible columns
+(empty: [0, 0)), written to fresh range tensors; the logits kernel skips blocks outside the hull
+exactly as it does for ranges (a causal mask costs what the causal range costs, plus reading the
+mask), and reads the mask block by block inside it. Shapes alone decide every launch (CUDA-graph
+capturable). In the top-k workspace (FILL off) a hidden column inside the hull is written NaN and
+a visible NaN score -inf: the select engine ranks NaN below -inf, so hidden columns come after
+every visible one, and the launcher turns the slots holding them into -1 (docs/semantics.md).
 """
 import triton
 import triton.language as tl
@@ -107,53 +117,152 @@ def _score_block(qT, wv, k, kx, j0, K, sk_k, sk_d, skx_k,
     return blk
 
 
+MASK_NONE = tl.constexpr(0)
+MASK_BOOL = tl.constexpr(1)   # uint8 view of a bool mask, nonzero = visible
+MASK_BIAS = tl.constexpr(2)   # additive float bias, -inf = hidden
+
+
 @triton.jit
-def _tile_ranges(k_start, k_end, t0, T, K, BT: tl.constexpr, BN: tl.constexpr):
-    """Per-row [s, e) clamped to [0, K] (empty rows: s=K, e=0) and the tile's block span."""
-    t = t0 + tl.arange(0, BT)
-    tm = t < T
+def _row_ranges(k_start, k_end, t, tm, K):
+    """Per-row [s, e) clamped to [0, K]; empty rows (and rows past T) s=K, e=0."""
     s = tl.maximum(tl.load(k_start + t, mask=tm, other=0), 0)
     e = tl.minimum(tl.load(k_end + t, mask=tm, other=0), K)
     live = tm & (e > s)
-    s = tl.where(live, s, K)
-    e = tl.where(live, e, 0)
-    lo = (tl.min(s) // BN) * BN
+    return tl.where(live, s, K), tl.where(live, e, 0)
+
+
+@triton.jit
+def _tile_ranges(k_start, k_end, t0, T, K, BLOCK_T: tl.constexpr, BLOCK_N: tl.constexpr):
+    """Per-row [s, e) of tokens t0 .. t0+BLOCK_T-1 and the tile's block span [lo, hi)."""
+    t = t0 + tl.arange(0, BLOCK_T)
+    tm = t < T
+    s, e = _row_ranges(k_start, k_end, t, tm, K)
+    lo = (tl.min(s) // BLOCK_N) * BLOCK_N
     hi = tl.max(e)
     return t, tm, s, e, lo, hi
 
 
 @triton.jit
-def logits_kernel(q, qx, k, kx, w, k_start, k_end, out, T, K, H, row0,
-                  sq_t, sq_h, sq_d, sqx_t, sqx_h, sk_k, sk_d, skx_k, sw_t, sw_h, so_t,
-                  Q_FMT: tl.constexpr, K_FMT: tl.constexpr, K_ROW_SCALE: tl.constexpr,
-                  FNUZ: tl.constexpr, DOT_DTYPE: tl.constexpr, DEC_DTYPE: tl.constexpr, ALIGNED: tl.constexpr,
-                  D: tl.constexpr,
-                  HP: tl.constexpr, BT: tl.constexpr, BN: tl.constexpr, FILL: tl.constexpr):
-    """out[t - row0, :] for tokens row0 <= t < T, one program per BT tokens: scores inside each
-    row's range; with FILL, -inf elsewhere (without, masked columns are left unwritten)."""
-    t0 = row0 + tl.program_id(0) * BT
-    qT, wv = query_tile(q, qx, w, t0, T, H, sq_t, sq_h, sq_d, sqx_t, sqx_h, sw_t, sw_h,
-                         Q_FMT, FNUZ, BT, HP, D, DOT_DTYPE, K_FMT == FMT_MXFP4)
-    t, tm, s, e, lo, hi = _tile_ranges(k_start, k_end, t0, T, K, BT, BN)
-    row = out + (t - row0).to(tl.int64)[None, :] * so_t
-    for j0 in range(lo, hi, BN):
-        blk = _score_block(qT, wv, k, kx, j0, K, sk_k, sk_d, skx_k, K_FMT, K_ROW_SCALE, FNUZ,
-                           BT, HP, BN, D, DOT_DTYPE, DEC_DTYPE, ALIGNED)
-        j = (j0 + tl.arange(0, BN))[:, None]
-        vis = (j >= s[None, :]) & (j < e[None, :])
-        tl.store(row + j, tl.where(vis, blk, float("-inf")), mask=tm[None, :] & (j < K))
-    if FILL:
-        _fill_outside(row, tm, lo, hi, K, BT, BN)
+def _mask_visible(mask, t, j, inside, stride_mask_t, stride_mask_k, MASK_KIND: tl.constexpr):
+    """(visible, bias fp32) of the mask at rows t, columns j (broadcast shapes), read only where
+    ``inside``; visible = inside and (bool: nonzero, bias: != -inf)."""
+    m = tl.load(mask + t.to(tl.int64) * stride_mask_t + j.to(tl.int64) * stride_mask_k, mask=inside, other=0)
+    bias = m.to(tl.float32)  # a bool mask's is unused
+    if MASK_KIND == MASK_BOOL:
+        vis = inside & (m != 0)
+    else:
+        vis = inside & (bias != float("-inf"))
+    return vis, bias
 
 
 @triton.jit
-def _fill_outside(row, tm, lo, hi, K, BT: tl.constexpr, BN: tl.constexpr):
+def mask_hull_kernel(
+    k_start,  # [T] int32
+    k_end,  # [T] int32
+    mask,  # [T, K] uint8 (a bool mask's bytes) or fp32/bf16/fp16 bias, any strides
+    hull_start,  # [T] int32 out: first visible column (empty row: 0)
+    hull_end,  # [T] int32 out: last visible column + 1 (empty row: 0)
+    T,
+    K,
+    stride_mask_t,
+    stride_mask_k,
+    MASK_KIND: tl.constexpr,
+    BLOCK_T: tl.constexpr,
+    BLOCK_N: tl.constexpr,
+):
+    """hull = [first, last + 1) of the columns j in [k_start[t], k_end[t]) the mask shows, per row."""
+    t, tm, s, e, lo, hi = _tile_ranges(k_start, k_end, tl.program_id(0) * BLOCK_T, T, K, BLOCK_T, BLOCK_N)
+    first = tl.full((BLOCK_T,), 0, tl.int32) + K
+    last = tl.full((BLOCK_T,), -1, tl.int32)
+    for j0 in range(lo, hi, BLOCK_N):
+        j = (j0 + tl.arange(0, BLOCK_N))[None, :]
+        inside = (j >= s[:, None]) & (j < e[:, None])
+        vis, _ = _mask_visible(mask, t[:, None], j, inside, stride_mask_t, stride_mask_k, MASK_KIND)
+        first = tl.minimum(first, tl.min(tl.where(vis, j, K), axis=1))
+        last = tl.maximum(last, tl.max(tl.where(vis, j, -1), axis=1))
+    live = last >= first
+    tl.store(hull_start + t, tl.where(live, first, 0), mask=tm)
+    tl.store(hull_end + t, tl.where(live, last + 1, 0), mask=tm)
+
+
+@triton.jit
+def logits_kernel(
+    q,  # [T, H, D] bf16/fp16/fp32/fp8, or MXFP4 codes [T, H, D/2] uint8 (fp8 without native dot: uint8)
+    q_scale,  # MXFP4 E8M0 scales [T, H, D/32] uint8 (other formats: unused)
+    k,  # [K, D] like q, or MXFP4 codes [K, D/2] uint8
+    k_scale,  # MXFP4 scales [K, D/32] uint8, FP8 row scales [K] fp32 (else unused)
+    weights,  # [T, H] bf16/fp16/fp32
+    k_start,  # [T] int32
+    k_end,  # [T] int32
+    mask,  # [T, K] uint8 (bool mask bytes) or fp32/bf16/fp16 bias, any strides (MASK_NONE: unused)
+    out,  # [rows, >= K] fp32: token t's row is t - row0
+    T,
+    K,
+    H,
+    row0,
+    stride_q_t,
+    stride_q_h,
+    stride_q_d,
+    stride_q_scale_t,
+    stride_q_scale_h,
+    stride_k_n,
+    stride_k_d,
+    stride_k_scale_n,
+    stride_weights_t,
+    stride_weights_h,
+    stride_mask_t,
+    stride_mask_k,
+    stride_out_t,
+    Q_FMT: tl.constexpr,
+    K_FMT: tl.constexpr,
+    K_ROW_SCALE: tl.constexpr,
+    FNUZ: tl.constexpr,
+    DOT_DTYPE: tl.constexpr,
+    DEC_DTYPE: tl.constexpr,
+    ALIGNED: tl.constexpr,
+    D: tl.constexpr,
+    BLOCK_H: tl.constexpr,  # H rounded up to a power of two
+    BLOCK_T: tl.constexpr,
+    BLOCK_N: tl.constexpr,
+    MASK_KIND: tl.constexpr,
+    FILL: tl.constexpr,
+):
+    """out[t - row0, :] for tokens row0 <= t < T, one program per BLOCK_T tokens: score (+ bias)
+    where visible (inside the row's range and shown by the mask); hidden columns of computed
+    blocks -inf (FILL) or, with a mask and no FILL (the top-k workspace), NaN with visible NaN
+    scores -inf; with FILL, -inf everywhere else (without, the rest is left unwritten)."""
+    t0 = row0 + tl.program_id(0) * BLOCK_T
+    qT, wv = query_tile(q, q_scale, weights, t0, T, H, stride_q_t, stride_q_h, stride_q_d, stride_q_scale_t,
+                        stride_q_scale_h, stride_weights_t, stride_weights_h,
+                        Q_FMT, FNUZ, BLOCK_T, BLOCK_H, D, DOT_DTYPE, K_FMT == FMT_MXFP4)
+    t, tm, s, e, lo, hi = _tile_ranges(k_start, k_end, t0, T, K, BLOCK_T, BLOCK_N)
+    row = out + (t - row0).to(tl.int64)[None, :] * stride_out_t
+    for j0 in range(lo, hi, BLOCK_N):
+        blk = _score_block(qT, wv, k, k_scale, j0, K, stride_k_n, stride_k_d, stride_k_scale_n, K_FMT, K_ROW_SCALE,
+                           FNUZ, BLOCK_T, BLOCK_H, BLOCK_N, D, DOT_DTYPE, DEC_DTYPE, ALIGNED)
+        j = (j0 + tl.arange(0, BLOCK_N))[:, None]
+        vis = (j >= s[None, :]) & (j < e[None, :])
+        hidden = float("-inf")
+        if MASK_KIND != MASK_NONE:
+            vis, bias = _mask_visible(mask, t[None, :], j, vis, stride_mask_t, stride_mask_k, MASK_KIND)
+            if MASK_KIND == MASK_BIAS:
+                blk += bias
+            if not FILL:
+                blk = tl.where(blk != blk, float("-inf"), blk)
+                hidden = float("nan")
+        tl.store(row + j, tl.where(vis, blk, hidden), mask=tm[None, :] & (j < K))
+    if FILL:
+        _fill_outside(row, tm, lo, hi, K, BLOCK_T, BLOCK_N)
+
+
+@triton.jit
+def _fill_outside(row, tm, lo, hi, K, BLOCK_T: tl.constexpr, BLOCK_N: tl.constexpr):
     """-inf into the columns of a tile outside its computed block span [lo, hi)."""
-    hi_blk = tl.maximum(tl.cdiv(hi, BN) * BN, lo)
-    ninf = tl.full((BN, BT), float("-inf"), tl.float32)
-    for j0 in range(0, lo, BN):
-        j = (j0 + tl.arange(0, BN))[:, None]
+    hi_blk = tl.maximum(tl.cdiv(hi, BLOCK_N) * BLOCK_N, lo)
+    ninf = tl.full((BLOCK_N, BLOCK_T), float("-inf"), tl.float32)
+    for j0 in range(0, lo, BLOCK_N):
+        j = (j0 + tl.arange(0, BLOCK_N))[:, None]
         tl.store(row + j, ninf, mask=tm[None, :])
-    for j0 in range(hi_blk, K, BN):
-        j = (j0 + tl.arange(0, BN))[:, None]
+    for j0 in range(hi_blk, K, BLOCK_N):
+        j = (j0 + tl.arange(0, BLOCK_N))[:, None]
         tl.store(row + j, ninf, mask=tm[None, :] & (j < K))

@@ -1,4 +1,7 @@
-"""Launchers: map validated operands onto kernel arguments and per-target configs."""
+"""Launchers of the prefill indexer (logits, fused top-k) and the select alone: validated operands
+onto kernel arguments and per-target configs. A mask first has its rows' visible hulls computed
+(``mask_hull_kernel``), which replace k_start / k_end for the logits kernel and the select
+(kernels/indexer.py explains the design)."""
 from __future__ import annotations
 
 import torch
@@ -7,7 +10,7 @@ import triton.language as tl
 from . import autotune, configs, decode, select_launch
 from .autotune import bucket
 from .host import TL_DTYPES, cdiv, next_pow2
-from .indexer import logits_kernel
+from .indexer import MASK_BIAS, MASK_BOOL, MASK_NONE, logits_kernel, mask_hull_kernel
 from .select import select_kernel
 
 FMT_TENSOR, FMT_MXFP4, FMT_FP8_BYTES = decode.FMT_TENSOR.value, decode.FMT_MXFP4.value, decode.FMT_FP8_BYTES.value
@@ -50,21 +53,62 @@ def _plan(q, q_scale, k, k_scale, weights, target: str):
     kd, kx, (sk_k,), (skx_k,), sk_d, kf = _operand(k, k_scale, kk, native)
     h = q.shape[1]
     fnuz = fp8 and k.dtype == torch.float8_e4m3fnuz
-    args = dict(q=qd, qx=qx, k=kd, kx=kx, w=weights,
-                sq_t=sq_t, sq_h=sq_h, sq_d=sq_d, sqx_t=sqx_t, sqx_h=sqx_h,
-                sk_k=sk_k, sk_d=sk_d, skx_k=skx_k, sw_t=weights.stride(0), sw_h=weights.stride(1),
+    args = dict(q=qd, q_scale=qx, k=kd, k_scale=kx, weights=weights,
+                stride_q_t=sq_t, stride_q_h=sq_h, stride_q_d=sq_d, stride_q_scale_t=sqx_t, stride_q_scale_h=sqx_h,
+                stride_k_n=sk_k, stride_k_d=sk_d, stride_k_scale_n=skx_k,
+                stride_weights_t=weights.stride(0), stride_weights_h=weights.stride(1),
                 Q_FMT=qf, K_FMT=kf, K_ROW_SCALE=fp8, FNUZ=fnuz, DOT_DTYPE=dot, DEC_DTYPE=configs.decode_dtype(target),
                 ALIGNED=kf != FMT_MXFP4 or kd.data_ptr() % 4 == 0,  # MXFP4 codes: 32-bit word loads
-                D=q.shape[2] * (2 if kq == "mxfp4" else 1), HP=next_pow2(h))
+                D=q.shape[2] * (2 if kq == "mxfp4" else 1), BLOCK_H=next_pow2(h))
     return args, h
+
+
+_HULL_T, _HULL_N = 16, 256  # mask_hull_kernel tile: rows x columns per step (num_warps 4)
+
+
+def mask_kind(mask) -> int:
+    if mask is None:
+        return MASK_NONE.value
+    return MASK_BOOL.value if mask.dtype == torch.bool else MASK_BIAS.value
+
+
+def _mask_args(mask, k_start) -> dict:
+    """The logits kernel's mask arguments: none (any pointer, unused), a bool mask's bytes, or the bias."""
+    if mask is None:
+        return dict(mask=k_start, stride_mask_t=0, stride_mask_k=0, MASK_KIND=MASK_NONE.value)
+    data = mask.view(torch.uint8) if mask.dtype == torch.bool else mask
+    return dict(mask=data, stride_mask_t=mask.stride(0), stride_mask_k=mask.stride(1), MASK_KIND=mask_kind(mask))
+
+
+def _hull(k_start, k_end, margs, t: int, n: int):
+    """Each row's [first, last + 1) of the columns inside [k_start, k_end) that the mask shows ([0, 0): none)."""
+    if margs["MASK_KIND"] == MASK_NONE.value or not (t and n):
+        return k_start, k_end
+    hs, he = torch.empty_like(k_start), torch.empty_like(k_end)
+    mask_hull_kernel[(cdiv(t, _HULL_T),)](k_start, k_end, margs["mask"], hs, he, t, n, margs["stride_mask_t"],
+                                          margs["stride_mask_k"], MASK_KIND=margs["MASK_KIND"], BLOCK_T=_HULL_T,
+                                          BLOCK_N=_HULL_N, num_warps=4)
+    return hs, he
+
+
+def _hide(out_i, mask) -> None:
+    """Slots of ``out_i`` holding a column the mask hides become -1 (the select ranked those last,
+    as NaN: their values already read -inf)."""
+    if mask is None or not out_i.numel():
+        return
+    shown = mask.gather(1, out_i.long().clamp(0, mask.shape[1] - 1))
+    if mask.dtype != torch.bool:
+        shown = shown != float("-inf")
+    out_i.masked_fill_(~shown, -1)
 
 
 def _logits_into(out, row0, rows, t, n, h, plan, k_start, k_end, target, fill, cfg):
     """Launch logits_kernel for tokens row0 .. min(t, row0 + rows) - 1 into out[t - row0]."""
-    bt = cfg.tokens(plan["HP"])
+    bt = cfg.tokens(plan["BLOCK_H"])
     logits_kernel[(cdiv(rows, bt),)](
         k_start=k_start, k_end=k_end, out=out, T=min(t, row0 + rows), K=n, H=h, row0=row0,
-        so_t=out.stride(0), BT=bt, BN=cfg.bn, FILL=fill, **plan, **configs.launch_options(cfg, target))
+        stride_out_t=out.stride(0), BLOCK_T=bt, BLOCK_N=cfg.bn, FILL=fill, **plan,
+        **configs.launch_options(cfg, target))
 
 
 def _dense(k_start, k_end):
@@ -75,18 +119,20 @@ def _dense(k_start, k_end):
 def _logits_cfg(op: str, q, k, plan, target: str, run, *extra):
     """The logits config for this launch: shipped, or tuned per bucket of (T, K) (kernels/autotune.py)."""
     key = (op, bucket(q.shape[0]), bucket(k.shape[0]), q.shape[1], plan["D"], str(q.dtype), plan["Q_FMT"],
-           plan["K_FMT"], *extra)
+           plan["K_FMT"], plan["MASK_KIND"], *extra)
     default = configs.logits_config(target, bool(plan["K_FMT"] == FMT_MXFP4))
     return autotune.pick("indexer_logits", target, q.device, default, key, run)
 
 
-def indexer_logits(q, q_scale, k, k_scale, weights, k_start, k_end) -> torch.Tensor:
+def indexer_logits(q, q_scale, k, k_scale, weights, k_start, k_end, mask=None) -> torch.Tensor:
     k_start, k_end = _dense(k_start, k_end)
     t, n = q.shape[0], k.shape[0]
     if not (t and n):
         return torch.empty((t, n), dtype=torch.float32, device=q.device)
     target = configs.target_for(q.device)
     plan, h = _plan(q, q_scale, k, k_scale, weights, target)
+    plan.update(_mask_args(mask, k_start))
+    k_start, k_end = _hull(k_start, k_end, plan, t, n)
 
     def run(cfg):
         out = torch.empty((t, n), dtype=torch.float32, device=q.device)
@@ -95,14 +141,19 @@ def indexer_logits(q, q_scale, k, k_scale, weights, k_start, k_end) -> torch.Ten
     return run(_logits_cfg("logits", q, k, plan, target, run))[0]
 
 
-def indexer_topk(q, q_scale, k, k_scale, weights, k_start, k_end, topk: int):
-    """Chunks of C rows: logits into a workspace of at most max(outputs, min_rows x K) fp32, then select."""
+def indexer_topk(q, q_scale, k, k_scale, weights, k_start, k_end, topk: int, mask=None):
+    """Chunks of C rows: logits into a workspace of at most max(outputs, min_rows x K) fp32, then select
+    (over the mask's hulls, then the slots of hidden columns -1)."""
     k_start, k_end = _dense(k_start, k_end)
     target = configs.target_for(q.device)
     plan, h = _plan(q, q_scale, k, k_scale, weights, target)
+    plan.update(_mask_args(mask, k_start))
+    k_start, k_end = _hull(k_start, k_end, plan, q.shape[0], k.shape[0])
 
     def run(cfg):
-        return _indexer_topk(plan, h, q, k, k_start, k_end, topk, target, cfg)
+        out_v, out_i = _indexer_topk(plan, h, q, k, k_start, k_end, topk, target, cfg)
+        _hide(out_i, mask)
+        return out_v, out_i
     if q.shape[0] == 0 or k.shape[0] == 0:
         return run(None)
     return run(_logits_cfg("topk", q, k, plan, target, run, topk))
@@ -164,29 +215,51 @@ _FP8_TL = {"gfx942": tl.float8e4b8, "sm90": tl.float8e4nv}
 def _v4_strides(fmt: str, t: int, n: int, h: int, d: int) -> dict:
     """Integer arguments of a contiguous V4 launch (T=t, K=n, H=h, D=d) for AOT specialisation."""
     qmx, kmx = fmt == "mxfp4", fmt in ("mxfp4", "bf16q-mxfp4k")
-    return dict(T=t, K=n, H=h, row0=0, sq_t=h * d // (2 if qmx else 1), sq_h=d // (2 if qmx else 1), sq_d=1,
-                sqx_t=h * d // 32 if qmx else 0, sqx_h=d // 32 if qmx else 0,
-                sk_k=d // (2 if kmx else 1), sk_d=1, skx_k=d // 32 if kmx else (1 if fmt == "fp8" else 0),
-                sw_t=h, sw_h=1, so_t=n)
+    return dict(T=t, K=n, H=h, row0=0, stride_q_t=h * d // (2 if qmx else 1), stride_q_h=d // (2 if qmx else 1),
+                stride_q_d=1, stride_q_scale_t=h * d // 32 if qmx else 0, stride_q_scale_h=d // 32 if qmx else 0,
+                stride_k_n=d // (2 if kmx else 1), stride_k_d=1,
+                stride_k_scale_n=d // 32 if kmx else (1 if fmt == "fp8" else 0),
+                stride_weights_t=h, stride_weights_h=1, stride_mask_t=0, stride_mask_k=0, stride_out_t=n)
+
+
+_AOT_MASKS = {  # name: (pointer, MASK_KIND, FILL); the bf16 format, dense [T, K] masks
+    "bool": ("*u8", MASK_BOOL.value, False),       # the fused top-k's workspace
+    "bias bf16": ("*bf16", MASK_BIAS.value, True),   # indexer_logits
+    "bias fp32": ("*fp32", MASK_BIAS.value, False),
+}
 
 
 def logits_aot_variants(target: str, cfg: configs.IndexerConfig | None = None, head_dim: int = 128,
                         heads: int = 64, tokens: int = 4096):
     """(name, kernel, signature, constexprs, options, example ints) of the logits kernel in every
-    operand format, with ``cfg`` (an autotuning candidate) or else each format's shipped config."""
+    operand format and, bf16, every mask kind, with ``cfg`` (an autotuning candidate) or else each
+    format's shipped config; then the mask hull kernel of every mask dtype."""
     hp = next_pow2(heads)
-    for fmt, (qp, qxp, kp, kxp, qf, kf, scaled, fp8) in _AOT_FORMATS.items():
+    variants = [(fmt, spec, None) for fmt, spec in _AOT_FORMATS.items()]
+    variants += [("bf16", _AOT_FORMATS["bf16"], m) for m in _AOT_MASKS]
+    for fmt, (qp, qxp, kp, kxp, qf, kf, scaled, fp8), mname in variants:
         c = cfg or configs.logits_config(target, bool(kf == FMT_MXFP4))
         if fp8:
             qp = qxp = kp = _FP8_PTR[target]
-        pointers = dict(q=qp, qx=qxp, k=kp, kx=kxp, w="*bf16", k_start="*i32", k_end="*i32", out="*fp32")
+        mp, kind, fill = _AOT_MASKS[mname] if mname else ("*i32", MASK_NONE.value, True)
+        pointers = dict(q=qp, q_scale=qxp, k=kp, k_scale=kxp, weights="*bf16", k_start="*i32", k_end="*i32",
+                        mask=mp, out="*fp32")
         consts = dict(Q_FMT=qf, K_FMT=kf, K_ROW_SCALE=scaled, FNUZ=target == "gfx942" and scaled,
                       DOT_DTYPE=_FP8_TL[target] if fp8 else tl.bfloat16, DEC_DTYPE=configs.decode_dtype(target),
-                      ALIGNED=True, D=head_dim, HP=hp,
-                      BT=c.tokens(hp), BN=c.bn, FILL=True)
+                      ALIGNED=True, D=head_dim, BLOCK_H=hp,
+                      BLOCK_T=c.tokens(hp), BLOCK_N=c.bn, MASK_KIND=kind, FILL=fill)
         sig = {a: ("constexpr" if a in consts else pointers.get(a, "i32")) for a in logits_kernel.arg_names}
-        yield (f"indexer_logits[{fmt}] D={head_dim} H={heads}", logits_kernel, sig, consts,
-               configs.launch_options(c, target), _v4_strides(fmt, tokens, tokens, heads, head_dim))
+        ints = _v4_strides(fmt, tokens, tokens, heads, head_dim)
+        if mname:
+            ints.update(stride_mask_t=tokens, stride_mask_k=1)
+        yield (f"indexer_logits[{fmt}{', mask ' + mname if mname else ''}] D={head_dim} H={heads}", logits_kernel,
+               sig, consts, configs.launch_options(c, target), ints)
+    for mname, mp in (("bool", "*u8"), ("bias bf16", "*bf16"), ("bias fp32", "*fp32")):
+        consts = dict(MASK_KIND=_AOT_MASKS[mname][1], BLOCK_T=_HULL_T, BLOCK_N=_HULL_N)
+        pointers = dict(k_start="*i32", k_end="*i32", mask=mp, hull_start="*i32", hull_end="*i32")
+        sig = {a: ("constexpr" if a in consts else pointers.get(a, "i32")) for a in mask_hull_kernel.arg_names}
+        yield (f"indexer_mask_hull[{mname}]", mask_hull_kernel, sig, consts, dict(num_warps=4),
+               dict(T=tokens, K=tokens, stride_mask_t=tokens, stride_mask_k=1))
 
 
 def select_aot_variants(target: str, sel: configs.SelectConfig, tokens: int = 4096):
