@@ -381,7 +381,7 @@ def _s3(q, k):
 def v32_style_index_put(q, k, w):
     """transformers V3.2 / GLM spellings: relu(q @ k^T * scale), head sum as
     matmul(w.unsqueeze(-2), scores), in-place `logits[~tril] = -inf`, int32 indices."""
-    s = torch.relu(torch.matmul(q.transpose(0, 1), k.t().unsqueeze(0)).transpose(0, 1) * q.shape[-1] ** -0.5)
+    s = torch.relu(torch.matmul(q.transpose(0, 1), k.t().unsqueeze(0)).transpose(0, 1) * D ** -0.5)
     logits = torch.matmul(w.unsqueeze(-2), s).squeeze(-2)
     tril = torch.ones(q.shape[0], k.shape[0], dtype=torch.bool).tril()
     logits[~tril] = float("-inf")
