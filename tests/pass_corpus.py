@@ -378,6 +378,16 @@ def _s3(q, k):
     return torch.einsum("thd,kd->thk", q, k)
 
 
+def v32_style_index_put(q, k, w):
+    """transformers V3.2 / GLM spellings: relu(q @ k^T * scale), head sum as
+    matmul(w.unsqueeze(-2), scores), in-place `logits[~tril] = -inf`, int32 indices."""
+    s = torch.relu(torch.matmul(q.transpose(0, 1), k.t().unsqueeze(0)).transpose(0, 1) * D ** -0.5)
+    logits = torch.matmul(w.unsqueeze(-2), s).squeeze(-2)
+    tril = torch.ones(q.shape[0], k.shape[0], dtype=torch.bool).tril()
+    logits[~tril] = float("-inf")
+    return logits.topk(4, dim=-1).indices.to(torch.int32)
+
+
 CASES = [
     Case("toy_module_official_b1", toy_call, make_toy(1), {"indexer_topk": 1}, post=True,
          dtypes=(torch.float32, torch.bfloat16), notes="nn.Module, projections, kv cache buffer"),
@@ -415,6 +425,7 @@ CASES = [
          dtypes=(torch.float32, torch.bfloat16)),
     Case("logits_finfo_added_window", logits_finfo_added, _qkw, {"indexer_logits": 1}, kind="logits",
          dtypes=(torch.float32, torch.bfloat16)),
+    Case("v32_style_index_put_int32", v32_style_index_put, _qkw, {"indexer_topk": 1}),
     Case("decode_dense_gather_context_lens", decode_dense_gather, make_decode, {"indexer_topk": 1},
          outputs="both", dtypes=(torch.float32, torch.bfloat16),
          notes="key dim = (page, offset): the mask is read through the linear key index"),
@@ -559,6 +570,17 @@ def nm_head_dim_24(q, k, w):
     return (_s(q, k).relu() * w.unsqueeze(-1)).sum(1).topk(4)  # the kernels need 2^n head_dim
 
 
+def nm_index_put_data_mask(q, k, w, mask):
+    logits = (_s(q, k).relu() * w.unsqueeze(-1)).sum(1)
+    logits[mask] = float("-inf")  # a mask given as data: not provably a per-row range
+    return logits.topk(4)
+
+
+def nm_tensor_scale_in_relu(q, k, w):
+    c = w[:, :1].unsqueeze(-1)  # a per-row factor of unknown sign inside the relu
+    return torch.matmul(w.unsqueeze(-2), torch.relu(_s(q, k) * c)).squeeze(-2).topk(4)
+
+
 NEAR_MISSES = [
     Case("weights_before_relu", nm_weights_before_relu, _qkw, {}, reject="before relu"),
     Case("abs_instead_of_relu", nm_abs, _qkw, {}, reject="no relu"),
@@ -578,6 +600,8 @@ NEAR_MISSES = [
     Case("per_key_bias_added", nm_bias_added, _qkw, {}, reject="not a where(mask"),
     Case("topk_over_rows", nm_topk_over_rows, _qkw, {}),
     Case("opaque_mask_tensor", nm_opaque_mask, _with_mask, {}, reject="opaque"),
+    Case("index_put_data_mask", nm_index_put_data_mask, _with_mask, {}, reject="opaque"),
+    Case("tensor_scale_inside_relu", nm_tensor_scale_in_relu, _qkw, {}, reject="unknown sign"),
     Case("two_masks_different_fills", nm_different_fills, _qkw, {}, reject="different fill"),
     # finite fills that visible scores cross: top-k then picks masked columns, which the op never
     # does, so only -inf (or the scores' own finfo.min, which nothing finite crosses) may match

@@ -1,9 +1,13 @@
 """transformers' own DSA indexer modules (the installed package, never copies) under the backend:
 swapped for the fused op, top-k checked against the float64 oracle of the same module."""
+import pytest
 import torch
-from transformers import DeepseekV4Config
+from transformers import DeepseekV4Config, DeepseekV32Config, GlmMoeDsaConfig
 from transformers.models.deepseek_v4.modeling_deepseek_v4 import DeepseekV4Indexer
+from transformers.models.deepseek_v32.modeling_deepseek_v32 import DeepseekV32Indexer, DeepseekV32RotaryEmbedding
+from transformers.models.glm_moe_dsa.modeling_glm_moe_dsa import GlmMoeDsaIndexer, GlmMoeDsaRotaryEmbedding
 
+from inductor_dsa import lowering
 from pass_helpers import check_topk, compile_run, oracle
 
 
@@ -34,3 +38,57 @@ def test_deepseek_v4_indexer_swaps_and_matches_the_oracle():
     assert counts == {"indexer_topk": 1}, counts
     _, (logits64,) = oracle(_indexer_call, args)
     check_topk(out, logits64, cfg.index_topk, post=True)
+
+
+# ---- DeepSeek-V3.2 / GLM-MoE-DSA: relu(q @ k^T * scale), head sum as matmul(w.unsqueeze(-2), scores),
+# int32 indices, the causal mask given to the module as a tensor
+DSA_SMALL = dict(vocab_size=256, hidden_size=64, num_hidden_layers=2, num_attention_heads=4, q_lora_rank=32,
+                 kv_lora_rank=32, qk_rope_head_dim=16, qk_nope_head_dim=16, v_head_dim=16, index_n_heads=4,
+                 index_head_dim=32, index_topk=8, n_routed_experts=4, num_experts_per_tok=2,
+                 moe_intermediate_size=32, intermediate_size=64, first_k_dense_replace=0,
+                 max_position_embeddings=256)
+MODULES = {"deepseek_v32": (DeepseekV32Config, DeepseekV32Indexer, DeepseekV32RotaryEmbedding),
+           "glm_moe_dsa": (GlmMoeDsaConfig, GlmMoeDsaIndexer, GlmMoeDsaRotaryEmbedding)}
+
+
+def _dsa_args(name, s=19, seed=0):
+    config_cls, indexer_cls, rope_cls = MODULES[name]
+    torch.manual_seed(seed)
+    cfg = config_cls(**DSA_SMALL)
+    m = indexer_cls(cfg, 0).eval()
+    hidden, q_resid, pos = torch.randn(1, s, cfg.hidden_size), torch.randn(1, s, cfg.q_lora_rank), torch.arange(s)[None]
+    cos, sin = rope_cls(cfg)(hidden, pos)
+    return cfg, (m, hidden, q_resid, cos, sin, pos)
+
+
+def _causal_in_graph(m, hidden, q_resid, cos, sin, pos):
+    """The causal mask built from one arange inside the compiled code (as a model's mask code does)."""
+    i = torch.arange(hidden.shape[1], device=hidden.device)
+    return m(hidden, q_resid, (cos, sin), (i[:, None] >= i[None, :])[None], pos)
+
+
+def _bool_mask_input(m, hidden, q_resid, cos, sin, pos, mask):
+    return m(hidden, q_resid, (cos, sin), mask, pos)
+
+
+@pytest.mark.parametrize("name", sorted(MODULES))
+def test_v32_glm_indexer_swaps_and_matches_the_oracle(name):
+    cfg, args = _dsa_args(name)
+    out, counts = compile_run(_causal_in_graph, args)
+    assert counts == {"indexer_topk": 1}, counts
+    assert out.dtype == torch.int32 and out.shape == (1, 19, cfg.index_topk)
+    _, (logits64,) = oracle(_causal_in_graph, args)
+    check_topk(out, logits64, cfg.index_topk)
+
+
+@pytest.mark.parametrize("additive", [False, True])
+def test_v32_indexer_data_mask_is_rejected_with_its_reason(monkeypatch, additive):
+    """A causal mask passed in as data is not provably a per-row range: left alone, and said why."""
+    monkeypatch.setenv("INDUCTOR_DSA_DEBUG", "1")
+    _, args = _dsa_args("deepseek_v32", s=11)
+    keep = torch.ones(11, 11, dtype=torch.bool).tril()[None]
+    mask = torch.zeros(1, 11, 11).masked_fill(~keep, float("-inf")) if additive else keep
+    _, counts = compile_run(_bool_mask_input, args + (mask,))
+    assert counts == {}, counts
+    reasons = [r.reason for r in lowering.report().rejections]
+    assert any("mask" in r and "data" in r for r in reasons), reasons

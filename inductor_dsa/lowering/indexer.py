@@ -283,6 +283,22 @@ class PagedReplacement(Replacement):
 
 
 # ---- plans ---------------------------------------------------------------------------------------
+def read_form(graph, x: fx.Node, key_dim: Optional[int]):
+    """(IndexerForm, its Interpreter) of ``x``. Read first with one set of atoms per node; if that
+    met a diagonal (a tensor used at two positions, e.g. q, k and the weights all projected from
+    the same hidden states, or ``i[:, None] >= i[None, :]`` of one arange), read again with a
+    fresh copy per use (``Interpreter(copy_reused=True)``), whose reason then stands."""
+    interp = Interpreter(graph, READS)
+    try:
+        return read_logits(interp.ev(x), interp, key_dim), interp
+    except Reject as e:
+        if not any("repeats an index" in n for n in interp.notes + [str(e)]):
+            raise
+    interp = Interpreter(graph, READS, copy_reused=True)
+    return read_logits(interp.ev(x), interp, key_dim), interp
+
+
+# ---- anchors ----------------------------------------------------------------------------------------
 def plan_topk(graph, node) -> Optional[splice.Plan]:
     """A matched ``aten.topk`` anchor, planned; None if neither output is used; else ``Reject``."""
     args = list(node.args) + [None] * (5 - len(node.args))
@@ -299,9 +315,7 @@ def plan_topk(graph, node) -> Optional[splice.Plan]:
             raise Reject(f"the top-k result is used whole by {u.name}")
     if not uses:
         return None
-    interp = Interpreter(graph, READS)
-    tv = interp.ev(x)
-    form = read_logits(tv, interp, key_dim=dim % len(tv.dims))
+    form, interp = read_form(graph, x, dim % x.meta["val"].dim())
     spec = TopkSpec(k, 0 in uses, 1 in uses)
     kval = k.meta.get("val") if isinstance(k, fx.Node) else k
     used = " and ".join(w for i, w in ((0, "values"), (1, "indices")) if i in uses)
@@ -358,11 +372,9 @@ def plan_topk_tp(graph, node, form: IndexerForm, interp, spec: TopkSpec, topk_in
 
 def plan_logits(graph, node) -> splice.Plan:
     """A logits anchor (the last node downstream of relu(q.k) that proves to be the logits), planned."""
-    interp = Interpreter(graph, READS)
-    tv = interp.ev(node)
-    if tv.dtype is None or not tv.dtype.is_floating_point:
+    if not node.meta["val"].dtype.is_floating_point:
         raise Reject("not a floating-point tensor")
-    form = read_logits(tv, interp, key_dim=None)
+    form, interp = read_form(graph, node, None)
     if form.collective is not None:
         raise Reject("logits summed across ranks: the local head-sum before the all_reduce is the match")
     key = read_paged(interp, form)

@@ -100,7 +100,8 @@ def peel_masks(v: Value):
                     v = other
                     break
             else:
-                raise Reject("an addition to the scores that is not a where(mask, fill, 0) mask")
+                raise Reject("an addition to the scores that is not a where(mask, fill, 0) mask (an additive "
+                             "mask given as data, e.g. a float attention_mask input, is not provably a per-row key range)")
             continue
         return v, conds, fills, additive
 

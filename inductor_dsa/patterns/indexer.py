@@ -198,7 +198,8 @@ def _attach_mask(I, form: IndexerForm, conds, fills, additive):
         return
     A = I.A
     if any(c.expr is None for c in conds):
-        raise Reject("the mask is not built from arange/iota (an opaque boolean tensor)")
+        raise Reject("the mask is not built from arange/iota (an opaque boolean tensor: a mask given as data, "
+                     "e.g. an attention_mask input, is not provably a per-row key range)")
     bad = [f for f in fills if not is_minus_inf_like(f, form.out_dtype)]
     if bad:
         raise Reject(f"mask fill value {bad[0]} is not -inf or finfo({dtype_name(form.out_dtype)}).min")

@@ -8,6 +8,7 @@ import math
 import sympy
 import torch
 import torch.fx as fx
+from torch._subclasses.fake_tensor import unset_fake_temporarily
 
 from .reader import TV, HandlerSet, arg_of, norm_dim, packet, val_of
 from .shapes import as_expr
@@ -361,6 +362,30 @@ def _masked_fill(I, node, depth):
     dims = I.bcast(node, [x, m])
     return TV(Where(cond, Const(float(fill.value.value)), x.value), dims, dt)
 
+
+
+@ARITH.handles(aten.index_put)
+def _index_put(I, node, depth):
+    """``x[mask] = c`` (index_put, no accumulate) with one boolean mask of x's whole shape and a
+    one-element constant c: where(mask, c, x). Any other index, or a tensor of values, is not read."""
+    x_node, idx, values = node.args[0], node.args[1], node.args[2]
+    accumulate = arg_of(node, 3, "accumulate", False)
+    if accumulate or len(idx) != 1 or not isinstance(idx[0], fx.Node) or not isinstance(values, fx.Node):
+        return None
+    xv, mv = val_of(x_node), val_of(idx[0])
+    if mv.dtype != torch.bool or list(mv.shape) != list(xv.shape) or not xv.dtype.is_floating_point:
+        return None
+    from .read_bytes import constant_tensor  # read_bytes is the one that reads graph constants
+    c = constant_tensor(values)
+    if c is None or c.numel() != 1:
+        return None
+    x, m = I.ev(x_node, depth), I.ev(idx[0], depth)
+    cond = I.bool_of(m)
+    if cond is None or not I.is_float(x):
+        return None
+    with unset_fake_temporarily():  # a real tensor, read while the graph's fake mode is on
+        fill = float(c.reshape(()).to(xv.dtype).item())
+    return TV(Where(cond, Const(fill), x.value), I.bcast(node, [x, m]), node.meta["val"].dtype)
 
 # ---- reductions and products -----------------------------------------------------------------
 def reduce_dims(node, n):

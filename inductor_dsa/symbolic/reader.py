@@ -114,10 +114,17 @@ def arg_of(node: fx.Node, i: int, name: str, default=None):
 
 class Interpreter:
     """Reads nodes on demand (memoised). ``max_depth`` bounds how many non-shape ops are
-    followed upstream from where reading started; deeper nodes are leaves."""
+    followed upstream from where reading started; deeper nodes are leaves.
+
+    With ``copy_reused``, a node met again is read again as a fresh copy (new atoms, its own
+    memo scope): each use of a tensor gets its own index variables, related to the others only
+    where an op aligns them (broadcast, contraction). Without it every use shares the node's
+    atoms, so a tensor used at two positions (``i[:, None] >= i[None, :]`` of one arange, q and k
+    both projected from the same hidden states) reads as a diagonal: exact, but it never matches.
+    ``max_reads`` bounds the work of the copies."""
 
     def __init__(self, graph: fx.Graph, handlers: HandlerSet, shapes: Optional[Shapes] = None,
-                 max_depth: int = 16):
+                 max_depth: int = 16, copy_reused: bool = False, max_reads: int = 20000):
         self.graph = graph
         self.handlers = handlers
         self.A = Atoms(shapes or Shapes(shape_env_of(graph)))
@@ -125,13 +132,23 @@ class Interpreter:
         self.max_depth = max_depth
         self.notes: list[str] = []  # why nodes became leaves (for debugging)
         self._nfun = 0
+        self.copy_reused, self.max_reads, self._reads = copy_reused, max_reads, 0
 
     # ---- entry points ----------------------------------------------------------------------
     def ev(self, arg, depth: int = 0) -> TV:
         if not isinstance(arg, fx.Node):
             return self.scalar(arg)
         if arg in self.memo:
-            return self.memo[arg]
+            if not self.copy_reused:
+                return self.memo[arg]
+            outer, self.memo = self.memo, {}
+            try:
+                return self.ev(arg, depth)
+            finally:
+                self.memo = outer
+        self._reads += 1
+        if self._reads > self.max_reads:
+            raise Reject(f"reading stopped after {self.max_reads} node reads (copies of reused tensors)")
         val = val_of(arg)
         if isinstance(val, (torch.SymInt, int)) and not isinstance(val, bool):
             return TV(Index(as_expr(val)), (), torch.int64)
