@@ -67,7 +67,7 @@ def test_logits_topk_exact(rows, n, topk, kind, gen):
 def test_both_paths_and_both_sorts_are_exercised():
     """The case list reaches every method of the engine under the interpreter's config."""
     cfg = configs.SELECT[TARGET]
-    paths = {(_path(r, n), r <= cfg.persist_rows) for r, n, _ in CASES}
+    paths = {(_path(r, n), r <= cfg.rank_rows) for r, n, _ in CASES}
     assert {("row", False), ("chunked", False), ("chunked", True)} <= paths
 
 

@@ -82,9 +82,9 @@ class SelectConfig:
     chunk_warps: int = 4
     pass_bits: int = 8     # digit width of the chunked passes (one launch each)
     sort_warps: int = 4    # per-row bitonic sort of the chunked path's winners
-    persist_rows: int = 64  # at most this many rows (chunked): all phases in one grid-synchronised launch,
-    persist_warps: int = 8  # ... of this many warps per program, one program per multiprocessor;
-    rank_slice: int = 8     # ... winners placed at their rank rank_slice at a time ([8, topk] compares)
+    rank_rows: int = 8     # at most this many rows: winners ranked by topk / rank_slice programs per row
+    rank_slice: int = 8    # winners per program: an [8, topk] comparison over 16 warps (AOT gfx942:
+    rank_warps: int = 16   # [64, 2048] and [8, 2048] over 4-8 warps spilled SGPRs)
 
 
 # H200 (torch 2.11, triton 3.6), one program per row, 4096 causal rows of 4096, top-512: 8-bit
@@ -98,7 +98,7 @@ SELECT = {
     "gfx942": SelectConfig(num_warps=4, ch=256, min_rows=512),
     "other": SelectConfig(num_warps=4, ch=256, min_rows=512),
     "interpreter": SelectConfig(num_warps=4, ch=64, min_rows=8, row_max=256, few_rows=3, chunk=64, chunk_min=32,
-                                chunk_programs=8, persist_rows=2),
+                                chunk_programs=8, rank_rows=2),
 }
 TARGETS = ("gfx942", "sm90")
 OTHER = "other"  # the key of a table's conservative config, for any arch the table does not name

@@ -17,17 +17,14 @@ Two shapes of work, chosen by shapes only (kernels/select_launch.py):
     ``select_row`` loops over the row in steps of CH columns for every digit pass, then
     compacts the winners and sorts them (bitonic, ``_sort_keys``). The paged decode indexer
     uses ``select_row`` for its chunk selects and final merge.
-  chunked (long rows, or few rows): every row is cut into chunks of CHUNK columns, one item per
-    (row, chunk). ``_pass_item`` adds its chunk's digit histogram to the row's (int atomics:
-    deterministic); ``_ties_item`` counts, per chunk, the keys equal to a threshold that is only
-    partly needed (a no-op otherwise); ``_collect_item`` writes each chunk's winners at a position
-    taken from a row counter. Many rows: one launch per phase over a (rows, chunks) grid
-    (``radix_pass_kernel`` per digit, ``radix_ties_kernel``, ``radix_collect_kernel``), then
-    ``sort_rows_kernel`` sorts each row's winners. Few rows: ``persistent_select_kernel`` runs
-    every phase in one launch of at most one program per multiprocessor, walking the items with
-    a grid-wide barrier between phases, and places each winner at its rank (``_rank_item``:
-    several programs per row; one program's sort of a row is latency-bound). Positions taken
-    from the counter depend on timing; the sorted result does not.
+  chunked (long rows, or few rows): every row is cut into chunks of CHUNK columns, one program
+    per (row, chunk), a launch per digit pass. ``radix_pass_kernel`` adds its chunk's digit
+    histogram to the row's (int atomics: deterministic); ``radix_ties_kernel`` counts, per
+    chunk, the keys equal to a threshold that is only partly needed (a no-op otherwise);
+    ``radix_collect_kernel`` writes each chunk's winners at a position taken from a row
+    counter; ``sort_rows_kernel`` sorts them, or, for a few rows, ``rank_sort_kernel`` places
+    each winner at its rank from several programs per row. Positions taken from the counter
+    depend on timing; the sorted result does not.
 """
 import triton
 import triton.language as tl
@@ -158,12 +155,12 @@ def _radix_state(st, n, TOPK: tl.constexpr, PASS: tl.constexpr, PASSES: tl.const
         eq = tl.zeros((), tl.int32)
         done = (n <= TOPK).to(tl.int32)
     else:
-        rs = st + _at(1, PASSES, BITS)  # volatile: written by another program of a persistent launch
-        thr = tl.load(rs, volatile=True).to(tl.uint32, bitcast=True)
-        need = tl.load(rs + 1, volatile=True)
-        nbits = tl.load(rs + 2, volatile=True)
-        eq = tl.load(rs + 3, volatile=True)
-        done = tl.load(rs + 4, volatile=True)
+        rs = st + _at(1, PASSES, BITS)
+        thr = tl.load(rs).to(tl.uint32, bitcast=True)
+        need = tl.load(rs + 1)
+        nbits = tl.load(rs + 2)
+        eq = tl.load(rs + 3)
+        done = tl.load(rs + 4)
     return thr, need, nbits, eq, done
 
 
@@ -180,12 +177,14 @@ def _chunk(src, k_start, k_end, r, t, c, L, s_src, CHUNK: tl.constexpr):
 
 
 @triton.jit
-def _pass_item(src, k_start, k_end, state, r, c, row0, T, L, s_src, S,
-               PASS: tl.constexpr, PASSES: tl.constexpr, TOPK: tl.constexpr, CHUNK: tl.constexpr,
-               BITS: tl.constexpr):
-    """Digit pass PASS for chunk c of row r: the chunk's histogram of digit PASS over the keys
-    sharing the threshold prefix so far, added to the row's hist[PASS]. The row's last chunk to
-    arrive (acq_rel counter: it sees every other chunk's histogram) advances the row's radix state."""
+def radix_pass_kernel(src, k_start, k_end, state, row0, T, L, s_src, S,
+                      PASS: tl.constexpr, PASSES: tl.constexpr, TOPK: tl.constexpr,
+                      CHUNK: tl.constexpr, BITS: tl.constexpr):
+    """Digit pass PASS, grid (rows, S): chunk c's histogram of digit PASS over the keys sharing
+    the threshold prefix so far, added to the row's hist[PASS]. The row's last program to arrive
+    (acq_rel counter: it sees every other program's histogram) advances the row's radix state."""
+    r = tl.program_id(0)
+    c = tl.program_id(1)
     t = row0 + r
     if t < T:
         st = _state_row(state, r, S, PASSES, BITS)
@@ -211,19 +210,12 @@ def _pass_item(src, k_start, k_end, state, r, c, row0, T, L, s_src, S,
 
 
 @triton.jit
-def radix_pass_kernel(src, k_start, k_end, state, row0, T, L, s_src, S,
-                      PASS: tl.constexpr, PASSES: tl.constexpr, TOPK: tl.constexpr,
-                      CHUNK: tl.constexpr, BITS: tl.constexpr):
-    """Digit pass PASS, grid (rows, S): ``_pass_item`` of (row, chunk) = program ids."""
-    _pass_item(src, k_start, k_end, state, tl.program_id(0), tl.program_id(1), row0, T, L, s_src, S,
-               PASS, PASSES, TOPK, CHUNK, BITS)
-
-
-@triton.jit
-def _ties_item(src, k_start, k_end, state, r, c, row0, T, L, s_src, S,
-               PASSES: tl.constexpr, TOPK: tl.constexpr, CHUNK: tl.constexpr, BITS: tl.constexpr):
-    """ties[c] = chunk c of row r's keys equal to the row's final threshold prefix when only part of
-    them is taken (else nothing is read or written)."""
+def radix_ties_kernel(src, k_start, k_end, state, row0, T, L, s_src, S,
+                      PASSES: tl.constexpr, TOPK: tl.constexpr, CHUNK: tl.constexpr, BITS: tl.constexpr):
+    """Grid (rows, S): ties[c] = chunk c's keys equal to the row's final threshold prefix when
+    only part of them is taken (else nothing is read or written)."""
+    r = tl.program_id(0)
+    c = tl.program_id(1)
     t = row0 + r
     if t < T:
         st = _state_row(state, r, S, PASSES, BITS)
@@ -236,20 +228,14 @@ def _ties_item(src, k_start, k_end, state, r, c, row0, T, L, s_src, S,
 
 
 @triton.jit
-def radix_ties_kernel(src, k_start, k_end, state, row0, T, L, s_src, S,
-                      PASSES: tl.constexpr, TOPK: tl.constexpr, CHUNK: tl.constexpr, BITS: tl.constexpr):
-    """Grid (rows, S): ``_ties_item`` of (row, chunk) = program ids."""
-    _ties_item(src, k_start, k_end, state, tl.program_id(0), tl.program_id(1), row0, T, L, s_src, S,
-               PASSES, TOPK, CHUNK, BITS)
-
-
-@triton.jit
-def _collect_item(src, k_start, k_end, state, dst_k, dst_i, r, c, row0, T, L, s_src, S, s_dst,
-                  PASSES: tl.constexpr, TOPK: tl.constexpr, CHUNK: tl.constexpr, BITS: tl.constexpr,
-                  S_P2: tl.constexpr):
-    """Chunk c of row r's winners (key bits, column), unsorted, into row ``dst_row`` of dst_k /
-    dst_i (the output rows, indexed by token, or a scratch indexed by r: ``s_dst`` = 0 selects the
-    latter) at positions reserved from the row's counter."""
+def radix_collect_kernel(src, k_start, k_end, state, dst_k, dst_i, row0, T, L, s_src, S, s_dst,
+                         PASSES: tl.constexpr, TOPK: tl.constexpr, CHUNK: tl.constexpr,
+                         BITS: tl.constexpr, S_P2: tl.constexpr):
+    """Grid (rows, S): chunk c's winners (key bits, column), unsorted, into row ``dst_row`` of
+    dst_k / dst_i (the output rows, indexed by token, or a scratch indexed by r: ``s_dst`` = 0
+    selects the latter) at positions reserved from the row's counter."""
+    r = tl.program_id(0)
+    c = tl.program_id(1)
     t = row0 + r
     if t < T:
         st = _state_row(state, r, S, PASSES, BITS)
@@ -259,21 +245,12 @@ def _collect_item(src, k_start, k_end, state, dst_k, dst_i, r, c, row0, T, L, s_
             if n > TOPK:
                 thr, need, nbits, eq, done = _radix_state(st, n, TOPK, PASSES, PASSES, BITS)
                 sl = tl.arange(0, S_P2)
-                before = tl.sum(tl.load(st + _at(3, PASSES, BITS) + sl, mask=sl < c, other=0, volatile=True), 0)
+                before = tl.sum(tl.load(st + _at(3, PASSES, BITS) + sl, mask=sl < c, other=0), 0)
                 take = _winners(key, m, thr, need, nbits, eq, before)
             cnt = tl.sum(take.to(tl.int32), 0)
             base = tl.atomic_add(st + _at(2, PASSES, BITS), cnt, sem="relaxed")
             row = tl.where(s_dst == 0, r, t).to(tl.int64) * TOPK
             _store_winners(dst_k.to(tl.pointer_type(tl.uint32)) + row, dst_i + row, take, key, cols, base)
-
-
-@triton.jit
-def radix_collect_kernel(src, k_start, k_end, state, dst_k, dst_i, row0, T, L, s_src, S, s_dst,
-                         PASSES: tl.constexpr, TOPK: tl.constexpr, CHUNK: tl.constexpr,
-                         BITS: tl.constexpr, S_P2: tl.constexpr):
-    """Grid (rows, S): ``_collect_item`` of (row, chunk) = program ids."""
-    _collect_item(src, k_start, k_end, state, dst_k, dst_i, tl.program_id(0), tl.program_id(1), row0, T, L,
-                  s_src, S, s_dst, PASSES, TOPK, CHUNK, BITS, S_P2)
 
 
 @triton.jit
@@ -288,23 +265,25 @@ def sort_rows_kernel(k_start, k_end, out_v, out_i, row0, T, L,
 
 
 @triton.jit
-def _rank_item(src_k, src_i, k_start, k_end, out_v, out_i, r, q0, row0, T, L,
-               TOPK: tl.constexpr, TOPK_P2: tl.constexpr, SLICE: tl.constexpr):
-    """Place winners q0 .. q0 + SLICE - 1 of row r's collected winners (src, scratch row r) at their
-    rank among all of them, rank = how many have a larger key, or the same key and a lower column
-    (columns are distinct), and pad this share of slots past the count."""
+def rank_sort_kernel(src_k, src_i, k_start, k_end, out_v, out_i, row0, T, L,
+                     TOPK: tl.constexpr, TOPK_P2: tl.constexpr, SLICE: tl.constexpr):
+    """Grid (rows, cdiv(TOPK, SLICE)), for few rows: each program places SLICE of row r's collected
+    winners (src, scratch row r) at their rank among all of them, rank = how many have a larger
+    key, or the same key and a lower column (columns are distinct), and pads its share of slots
+    past the count. Many small programs: a row's sort is a single latency-bound program else."""
+    r = tl.program_id(0)
     t = row0 + r
     if t < T:
         s, e = _row_range(k_start, k_end, t, L)
         taken = tl.minimum(e - s, TOPK)
         keys = src_k.to(tl.pointer_type(tl.uint32)) + r.to(tl.int64) * TOPK
         cols = src_i + r.to(tl.int64) * TOPK
-        q = q0 + tl.arange(0, SLICE)
-        mk = tl.load(keys + q, mask=q < taken, other=0, volatile=True)
-        mi = tl.load(cols + q, mask=q < taken, other=0, volatile=True)
+        q = tl.program_id(1) * SLICE + tl.arange(0, SLICE)
+        mk = tl.load(keys + q, mask=q < taken, other=0)
+        mi = tl.load(cols + q, mask=q < taken, other=0)
         p = tl.arange(0, TOPK_P2)
-        k = tl.load(keys + p, mask=p < taken, other=0, volatile=True)[None, :]
-        i = tl.load(cols + p, mask=p < taken, other=0, volatile=True)[None, :]
+        k = tl.load(keys + p, mask=p < taken, other=0)[None, :]
+        i = tl.load(cols + p, mask=p < taken, other=0)[None, :]
         before = (k > mk[:, None]) | ((k == mk[:, None]) & (i < mi[:, None]))
         rank = tl.sum((before & (p < taken)[None, :]).to(tl.int32), 1)
         dst = t.to(tl.int64) * TOPK
@@ -313,47 +292,6 @@ def _rank_item(src_k, src_i, k_start, k_end, out_v, out_i, r, q0, row0, T, L,
         pad = (q >= taken) & (q < TOPK)
         tl.store(out_v + dst + q, float("-inf"), mask=pad)
         tl.store(out_i + dst + q, -1, mask=pad)
-
-
-@triton.jit
-def _grid_barrier(counter, target):
-    """Wait until ``counter`` (int32, zeroed before the launch) reaches ``target``, after adding this
-    program's arrival: all programs of the launch must be resident (the launcher caps the grid at
-    one program per multiprocessor). Release/acquire at device scope: what every program wrote
-    before its arrival is visible after the wait (loads that follow are volatile: no stale L1)."""
-    tl.debug_barrier()
-    seen = tl.atomic_add(counter, 1, sem="release") + 1
-    while seen < target:
-        seen = tl.atomic_add(counter, 0, sem="acquire")
-    tl.debug_barrier()
-
-
-@triton.jit
-def persistent_select_kernel(src, k_start, k_end, state, scratch_k, scratch_i, out_v, out_i, row0, T, L, s_src,
-                             S, R, barrier, PASSES: tl.constexpr, TOPK: tl.constexpr, TOPK_P2: tl.constexpr,
-                             CHUNK: tl.constexpr, BITS: tl.constexpr, S_P2: tl.constexpr, SLICE: tl.constexpr):
-    """The chunked path for few rows in one launch: P = grid programs walk the R x S (row, chunk)
-    items of each phase -- PASSES digit passes, ties, collect into the scratch, rank placement --
-    with a grid-wide barrier between phases (P <= multiprocessors: all resident). Same items, same
-    results as the multi-launch path; one launch instead of PASSES + 3."""
-    pid = tl.program_id(0)
-    P = tl.num_programs(0)
-    for PASS in tl.static_range(PASSES):
-        for item in range(pid, R * S, P):
-            _pass_item(src, k_start, k_end, state, item // S, item % S, row0, T, L, s_src, S,
-                       PASS, PASSES, TOPK, CHUNK, BITS)
-        _grid_barrier(barrier, P * (PASS + 1))
-    for item in range(pid, R * S, P):
-        _ties_item(src, k_start, k_end, state, item // S, item % S, row0, T, L, s_src, S, PASSES, TOPK, CHUNK, BITS)
-    _grid_barrier(barrier, P * (PASSES + 1))
-    for item in range(pid, R * S, P):
-        _collect_item(src, k_start, k_end, state, scratch_k, scratch_i, item // S, item % S, row0, T, L, s_src, S,
-                      0, PASSES, TOPK, CHUNK, BITS, S_P2)
-    _grid_barrier(barrier, P * (PASSES + 2))
-    n_slices = (TOPK + SLICE - 1) // SLICE
-    for item in range(pid, R * n_slices, P):
-        _rank_item(scratch_k, scratch_i, k_start, k_end, out_v, out_i, item // n_slices, (item % n_slices) * SLICE,
-                   row0, T, L, TOPK, TOPK_P2, SLICE)
 
 
 @triton.jit

@@ -2,8 +2,8 @@
 
 The method depends only on shapes, never on data: one program per row (``select_kernel``) while
 rows are many and at most ``row_max`` long; otherwise the chunked radix passes over (row, chunk)
-items: a launch per phase and a per-row sort for many rows, or, for at most ``persist_rows``
-rows, one grid-synchronised launch that ranks the winners with several programs per row.
+programs, whose winners are sorted per row, or ranked by several programs per row when the rows
+are too few to fill the GPU.
 """
 from __future__ import annotations
 
@@ -11,12 +11,11 @@ import torch
 
 from . import configs
 from .host import cdiv, next_pow2
-from .select import (persistent_select_kernel, radix_collect_kernel, radix_pass_kernel, radix_ties_kernel,
+from .select import (radix_collect_kernel, radix_pass_kernel, radix_ties_kernel, rank_sort_kernel,
                      select_kernel, sort_rows_kernel)
 
 _POINTERS = dict(src="*fp32", k_start="*i32", k_end="*i32", state="*i32", out_v="*fp32", out_i="*i32",
-                 dst_k="*i32", dst_i="*i32", src_k="*i32", src_i="*i32", scratch_k="*i32", scratch_i="*i32",
-                 barrier="*i32")
+                 dst_k="*i32", dst_i="*i32", src_k="*i32", src_i="*i32")
 
 
 def chunked(rows: int, n: int, cfg: configs.SelectConfig) -> bool:
@@ -43,29 +42,30 @@ def select(src, row0: int, rows: int, t: int, n: int, k_start, k_end, out_v, out
         select_kernel[(rows,)](src, k_start, k_end, out_v, out_i, row0, t, n, src.stride(0),
                                TOPK=topk, TOPK_P2=topk_p2, CH=cfg.ch, BITS=cfg.bits, num_warps=cfg.num_warps)
         return
-    persistent = rows <= cfg.persist_rows
-    bits, chunk = cfg.pass_bits, cfg.chunk if persistent else chunk_size(src.device, rows, n, cfg)
+    bits, chunk = cfg.pass_bits, chunk_size(src.device, rows, n, cfg)
     passes = 32 // bits
     s = cdiv(n, chunk)
-    width = passes * ((1 << bits) + 1) + 6 + s  # select._state_row
-    flat = torch.zeros(rows * width + 1, dtype=torch.int32, device=src.device)  # + the grid barrier's counter
-    state, barrier = flat[:-1].view(rows, width), flat[-1:]
-    if persistent:
-        scratch_k, scratch_i = torch.empty((2, rows, topk), dtype=torch.int32, device=src.device)
-        programs = 1 if src.device.type == "cpu" else min(rows * s, configs.wave_programs(src.device, 1))
-        persistent_select_kernel[(programs,)](
-            src, k_start, k_end, state, scratch_k, scratch_i, out_v, out_i, row0, t, n, src.stride(0), s, rows,
-            barrier, PASSES=passes, TOPK=topk, TOPK_P2=topk_p2, CHUNK=chunk, BITS=bits, S_P2=next_pow2(s),
-            SLICE=cfg.rank_slice, num_warps=cfg.persist_warps)
-        return
+    state = torch.zeros((rows, passes * ((1 << bits) + 1) + 6 + s), dtype=torch.int32, device=src.device)  # select._state_row
     common = dict(TOPK=topk, CHUNK=chunk, BITS=bits, num_warps=cfg.chunk_warps)
     args = (src, k_start, k_end, state, row0, t, n, src.stride(0), s)
     for p in range(passes):
         radix_pass_kernel[(rows, s)](*args, PASS=p, PASSES=passes, **common)
     radix_ties_kernel[(rows, s)](*args, PASSES=passes, **common)
-    radix_collect_kernel[(rows, s)](*args[:4], out_v, out_i, *args[4:], 1, PASSES=passes, S_P2=next_pow2(s), **common)
-    sort_rows_kernel[(rows,)](k_start, k_end, out_v, out_i, row0, t, n, TOPK=topk, TOPK_P2=topk_p2,
-                              num_warps=cfg.sort_warps)
+    rank = rows <= cfg.rank_rows
+    # ranked: winners go to a scratch [rows, topk] pair first (the ranking reads them all)
+    if rank:
+        dst_k, dst_i = torch.empty((2, rows, topk), dtype=torch.int32, device=src.device)
+    else:
+        dst_k, dst_i = out_v, out_i
+    radix_collect_kernel[(rows, s)](*args[:4], dst_k, dst_i, *args[4:], 0 if rank else 1,
+                                    PASSES=passes, S_P2=next_pow2(s), **common)
+    if rank:
+        rank_sort_kernel[(rows, cdiv(topk, cfg.rank_slice))](
+            dst_k, dst_i, k_start, k_end, out_v, out_i, row0, t, n, TOPK=topk, TOPK_P2=topk_p2,
+            SLICE=cfg.rank_slice, num_warps=cfg.rank_warps)
+    else:
+        sort_rows_kernel[(rows,)](k_start, k_end, out_v, out_i, row0, t, n, TOPK=topk, TOPK_P2=topk_p2,
+                                  num_warps=cfg.sort_warps)
 
 
 def aot_variants(cfg: configs.SelectConfig, n: int = 1 << 20):
@@ -74,7 +74,7 @@ def aot_variants(cfg: configs.SelectConfig, n: int = 1 << 20):
     (``python -m inductor_dsa.aot``)."""
     passes = 32 // cfg.pass_bits
     s = cdiv(n, cfg.chunk)
-    ints = dict(row0=0, T=1, L=n, s_src=n, S=s, s_dst=1, R=1)
+    ints = dict(row0=0, T=1, L=n, s_src=n, S=s, s_dst=1)
     for topk in (512, 2048):
         common = dict(TOPK=topk, CHUNK=cfg.chunk, BITS=cfg.pass_bits, PASSES=passes)
         kernels = [("radix_pass[pass=0]", radix_pass_kernel, dict(common, PASS=0), cfg.chunk_warps),
@@ -82,8 +82,8 @@ def aot_variants(cfg: configs.SelectConfig, n: int = 1 << 20):
                    ("radix_ties", radix_ties_kernel, common, cfg.chunk_warps),
                    ("radix_collect", radix_collect_kernel, dict(common, S_P2=next_pow2(s)), cfg.chunk_warps),
                    ("sort_rows", sort_rows_kernel, dict(TOPK=topk, TOPK_P2=next_pow2(topk)), cfg.sort_warps),
-                   ("persistent", persistent_select_kernel,
-                    dict(common, TOPK_P2=next_pow2(topk), S_P2=next_pow2(s), SLICE=cfg.rank_slice), cfg.persist_warps)]
+                   ("rank_sort", rank_sort_kernel, dict(TOPK=topk, TOPK_P2=next_pow2(topk), SLICE=cfg.rank_slice),
+                    cfg.rank_warps)]
         for name, kernel, consts, warps in kernels:
             sig = {a: ("constexpr" if a in consts else _POINTERS.get(a, "i32")) for a in kernel.arg_names}
             yield (f"select_{name}[topk={topk}]", kernel, sig, consts, dict(num_warps=warps),
