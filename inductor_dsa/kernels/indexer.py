@@ -54,46 +54,75 @@ def _load_rows(ptr, xptr, off, xoff, mask, sd, FMT: tl.constexpr, FNUZ: tl.const
 
 
 @triton.jit
-def query_tile(q, qx, w, t0, T, H, sq_t, sq_h, sq_d, sqx_t, sqx_h, sw_t, sw_h,
-                Q_FMT: tl.constexpr, FNUZ: tl.constexpr, BT: tl.constexpr, HP: tl.constexpr,
-                D: tl.constexpr, DOT_DTYPE: tl.constexpr, K_ORDER: tl.constexpr):
-    """(Q^T [D, BT*HP] in the dot dtype, weights [BT*HP] fp32) for tokens t0 .. t0+BT-1. With
+def query_tile(
+    q,  # [T, H, D] bf16/fp16/fp32/fp8, or MXFP4 codes [T, H, D/2] uint8
+    q_scale,  # MXFP4 E8M0 scales [T, H, D/32] uint8 (other formats: unused)
+    weights,  # [T, H] bf16/fp16/fp32
+    t0,  # first token of the tile
+    T,
+    H,
+    stride_q_t,
+    stride_q_h,
+    stride_q_d,
+    stride_q_scale_t,
+    stride_q_scale_h,
+    stride_weights_t,
+    stride_weights_h,
+    Q_FMT: tl.constexpr,
+    FNUZ: tl.constexpr,
+    BLOCK_T: tl.constexpr,
+    BLOCK_H: tl.constexpr,  # H rounded up to a power of two
+    D: tl.constexpr,
+    DOT_DTYPE: tl.constexpr,
+    K_ORDER: tl.constexpr,  # rows of Q^T in the MXFP4 keys' column order
+):
+    """(Q^T [D, BLOCK_T*BLOCK_H] in the dot dtype, weights [BLOCK_T*BLOCK_H] fp32) for tokens
+    t0 .. t0+BLOCK_T-1 (padded heads weigh 0). With
     K_ORDER (MXFP4 keys) row c of Q^T is element ``mma_k_cols(D)[c]``, the keys' column order:
     an MXFP4 query goes through the keys' own decoder (byte loads: it is read once; fp32 then a
     cast: with the decoder's bf16 output feeding tl.trans directly, triton 3.6's sm90
     OptimizeDotOperands folds the permute into an illegal shared layout), a plain one is loaded
     at those columns."""
-    r = tl.arange(0, BT * HP)
-    t = (t0 + r // HP).to(tl.int64)
-    h = r % HP
+    r = tl.arange(0, BLOCK_T * BLOCK_H)
+    t = (t0 + r // BLOCK_H).to(tl.int64)
+    h = r % BLOCK_H
     m = (t < T) & (h < H)
-    off = t * sq_t + h * sq_h
-    xoff = t * sqx_t + h * sqx_h
+    off = t * stride_q_t + h * stride_q_h
+    xoff = t * stride_q_scale_t + h * stride_q_scale_h
     if K_ORDER and Q_FMT == FMT_MXFP4:
-        x = mxfp4_rows_mma(q, qx, off, xoff, m, BT * HP, D, tl.float32, False, DOT_DTYPE)
+        x = mxfp4_rows_mma(q, q_scale, off, xoff, m, BLOCK_T * BLOCK_H, D, tl.float32, False, DOT_DTYPE)
     elif K_ORDER:
-        x = _load_rows(q, qx, off, xoff, m, sq_d, Q_FMT, FNUZ, BT * HP, D, mma_k_cols(D)).to(DOT_DTYPE)
+        x = _load_rows(q, q_scale, off, xoff, m, stride_q_d, Q_FMT, FNUZ, BLOCK_T * BLOCK_H, D,
+                       mma_k_cols(D)).to(DOT_DTYPE)
     else:
-        x = _load_rows(q, qx, off, xoff, m, sq_d, Q_FMT, FNUZ, BT * HP, D).to(DOT_DTYPE)
-    wv = tl.load(w + t * sw_t + h * sw_h, mask=m, other=0.0).to(tl.float32)
+        x = _load_rows(q, q_scale, off, xoff, m, stride_q_d, Q_FMT, FNUZ, BLOCK_T * BLOCK_H, D).to(DOT_DTYPE)
+    wv = tl.load(weights + t * stride_weights_t + h * stride_weights_h, mask=m, other=0.0).to(tl.float32)
     return tl.trans(x), wv
 
 
 @triton.jit
-def score_rows(qT, wv, kt, row_scale, BT: tl.constexpr, HP: tl.constexpr, BN: tl.constexpr,
-                DOT_DTYPE: tl.constexpr):
-    """logits^T [BN, BT] fp32 of a decoded key tile ``kt`` [BN, D] (already in the dot dtype):
-    sum over each token's HP columns of relu(kt @ qT * row_scale) * w. ``row_scale`` (fp32 [BN],
-    FP8 keys) multiplies before the relu; None means 1."""
+def score_rows(
+    q_tile,  # Q^T [D, BLOCK_T*BLOCK_H] in the dot dtype (``query_tile``)
+    head_weights,  # [BLOCK_T*BLOCK_H] fp32 (``query_tile``)
+    k_tile,  # [BLOCK_N, D] decoded keys in the dot dtype
+    row_scale,  # [BLOCK_N] fp32 (FP8 keys), or None
+    BLOCK_T: tl.constexpr,
+    BLOCK_H: tl.constexpr,
+    BLOCK_N: tl.constexpr,
+    DOT_DTYPE: tl.constexpr,
+):
+    """logits^T [BLOCK_N, BLOCK_T] fp32 of a decoded key tile: sum over each token's BLOCK_H
+    columns of relu(k_tile @ q_tile * row_scale) * head_weights; ``row_scale`` multiplies before
+    the relu, None means 1."""
     if DOT_DTYPE == tl.float32:
-        acc = tl.dot(kt, qT, input_precision="ieee")
+        acc = tl.dot(k_tile, q_tile, input_precision="ieee")
     else:
-        acc = tl.dot(kt, qT)
+        acc = tl.dot(k_tile, q_tile)
     if row_scale is not None:
         acc = acc * row_scale[:, None]
     # relu as eager computes it: NaN stays NaN (the default max would map it to 0 on GPUs, not here)
-    acc = tl.maximum(acc, 0.0, propagate_nan=tl.PropagateNan.ALL) * wv[None, :]
-    return tl.sum(tl.reshape(acc, (BN, BT, HP)), axis=2)
+    acc = tl.maximum(acc, 0.0, propagate_nan=tl.PropagateNan.ALL) * head_weights[None, :]
+    return tl.sum(tl.reshape(acc, (BLOCK_N, BLOCK_T, BLOCK_H)), axis=2)
 
 
 @triton.jit

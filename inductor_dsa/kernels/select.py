@@ -14,13 +14,13 @@ then sorted by (key, -column).
 
 Two shapes of work, chosen by shapes only (kernels/select_launch.py):
   ``select_kernel``: one program per row (many rows of at most ``row_max`` columns). Its
-    ``select_row`` loops over the row in steps of CH columns for every digit pass, then
+    ``select_row`` loops over the row in steps of BLOCK_SELECT columns for every digit pass, then
     compacts the winners and sorts them (bitonic, ``_sort_keys``). The paged decode indexer
     uses ``select_row`` for its chunk selects and final merge.
   chunked (long rows, or few rows): every row is cut into chunks of CHUNK columns, one program
     per (row, chunk), a launch per digit pass. ``radix_pass_kernel`` adds its chunk's digit
-    histogram to the row's (int atomics: deterministic); ``radix_ties_kernel`` counts, per
-    chunk, the keys equal to a threshold that is only partly needed (a no-op otherwise);
+    histogram to the row's (int atomics: deterministic); its last launch (PASS == PASSES) counts,
+    per chunk, the keys equal to a threshold that is only partly needed (a no-op otherwise);
     ``radix_collect_kernel`` writes each chunk's winners at a position taken from a row
     counter; ``sort_rows_kernel`` sorts them, or, for a few rows, ``rank_sort_kernel`` places
     each winner at its rank from several programs per row. Positions taken from the counter
@@ -86,11 +86,11 @@ def _winners(key, m, thr, need, nbits, eq, eq_before):
 
 
 @triton.jit
-def _store_winners(out_k, out_i, take, key, cols, base):
+def _store_winners(out_keys, out_indices, take, key, cols, base):
     """Winners' keys (uint32 bits into the fp32 output) and columns at base, base + 1, ... in column order."""
     pos = base + tl.cumsum(take.to(tl.int32), 0) - 1
-    tl.store(out_k + pos, key, mask=take)
-    tl.store(out_i + pos, cols, mask=take)
+    tl.store(out_keys + pos, key, mask=take)
+    tl.store(out_indices + pos, cols, mask=take)
 
 
 @triton.jit
@@ -100,35 +100,35 @@ def _word(key, col):
 
 
 @triton.jit
-def _sort_keys(out_v, out_i, taken, TOPK: tl.constexpr, TOPK_P2: tl.constexpr):
-    """Sort the ``taken`` (key bits, column) pairs at out_v/out_i descending by key, ties by lower
-    column; write scores and columns, -inf / -1 past ``taken`` up to TOPK."""
-    out_k = out_v.to(tl.pointer_type(tl.uint32))
+def _sort_keys(out_values, out_indices, taken, TOPK: tl.constexpr, TOPK_P2: tl.constexpr):
+    """Sort the ``taken`` (key bits, column) pairs at out_values/out_indices descending by key, ties
+    by lower column; write scores and columns, -inf / -1 past ``taken`` up to TOPK."""
+    out_keys = out_values.to(tl.pointer_type(tl.uint32))
     p = tl.arange(0, TOPK_P2)
     valid = p < taken
-    key = tl.load(out_k + p, mask=valid, other=0)
-    i = tl.load(out_i + p, mask=valid, other=0)
+    key = tl.load(out_keys + p, mask=valid, other=0)
+    i = tl.load(out_indices + p, mask=valid, other=0)
     word = tl.sort(tl.where(valid, _word(key, i), 0), 0, descending=True)
     v = _key_value((word >> 32).to(tl.uint32))
     i = ((word & 0xFFFFFFFF).to(tl.uint32) ^ 0xFFFFFFFF).to(tl.int32)
     tl.debug_barrier()
-    tl.store(out_v + p, tl.where(valid, v, float("-inf")), mask=p < TOPK)
-    tl.store(out_i + p, tl.where(valid, i, -1), mask=p < TOPK)
+    tl.store(out_values + p, tl.where(valid, v, float("-inf")), mask=p < TOPK)
+    tl.store(out_indices + p, tl.where(valid, i, -1), mask=p < TOPK)
 
 
 @triton.jit
-def _row_range(k_start, k_end, t, L):
-    """Row t's visible columns [s, e), clamped to [0, L] (an empty or inverted range is empty)."""
-    s = tl.minimum(tl.maximum(tl.load(k_start + t), 0), L)
-    e = tl.maximum(tl.minimum(tl.load(k_end + t), L), s)
+def _row_range(k_start, k_end, t, K):
+    """Row t's visible columns [s, e), clamped to [0, K] (an empty or inverted range is empty)."""
+    s = tl.minimum(tl.maximum(tl.load(k_start + t), 0), K)
+    e = tl.maximum(tl.minimum(tl.load(k_end + t), K), s)
     return s, e
 
 
 @triton.jit
-def _state_row(state, r, S, PASSES: tl.constexpr, BITS: tl.constexpr):
+def _state_row(state, r, n_chunks, PASSES: tl.constexpr, BITS: tl.constexpr):
     """Row r's int32 state: PASSES digit histograms, PASSES arrival counters, the radix state
-    (thr bits, need, nbits, eq, done), the collect counter, then S tie counts (offsets: _at)."""
-    return state + r.to(tl.int64) * (PASSES * ((1 << BITS) + 1) + 6 + S)
+    (thr bits, need, nbits, eq, done), the collect counter, then n_chunks tie counts (offsets: _at)."""
+    return state + r.to(tl.int64) * (PASSES * ((1 << BITS) + 1) + 6 + n_chunks)
 
 
 @triton.jit
@@ -145,7 +145,7 @@ def _at(what: tl.constexpr, PASSES: tl.constexpr, BITS: tl.constexpr):
 
 
 @triton.jit
-def _radix_state(st, n, TOPK: tl.constexpr, PASS: tl.constexpr, PASSES: tl.constexpr, BITS: tl.constexpr):
+def _radix_state(row_state, n, TOPK: tl.constexpr, PASS: tl.constexpr, PASSES: tl.constexpr, BITS: tl.constexpr):
     """(thr, need, nbits, eq, done) of a row before digit pass PASS (PASS == PASSES: the final
     state); done once the set is fixed (n <= TOPK, the bin wholly needed, or all 32 bits)."""
     if PASS == 0:
@@ -155,7 +155,7 @@ def _radix_state(st, n, TOPK: tl.constexpr, PASS: tl.constexpr, PASSES: tl.const
         eq = tl.zeros((), tl.int32)
         done = (n <= TOPK).to(tl.int32)
     else:
-        rs = st + _at(1, PASSES, BITS)
+        rs = row_state + _at(1, PASSES, BITS)
         thr = tl.load(rs).to(tl.uint32, bitcast=True)
         need = tl.load(rs + 1)
         nbits = tl.load(rs + 2)
@@ -165,119 +165,161 @@ def _radix_state(st, n, TOPK: tl.constexpr, PASS: tl.constexpr, PASSES: tl.const
 
 
 @triton.jit
-def _chunk(src, k_start, k_end, r, t, c, L, s_src, CHUNK: tl.constexpr):
+def _chunk(scores, k_start, k_end, r, t, c, K, stride_scores_r, CHUNK: tl.constexpr):
     """Chunk c of row r (token t): (columns, visible mask, keys, n = visible count of the row,
     any = the chunk holds a visible column)."""
-    s, e = _row_range(k_start, k_end, t, L)
+    s, e = _row_range(k_start, k_end, t, K)
     cols = c * CHUNK + tl.arange(0, CHUNK)
     any_ = (c * CHUNK < e) & (c * CHUNK + CHUNK > s)
     m = (cols >= s) & (cols < e) & any_
-    key = sel_key(tl.load(src + r.to(tl.int64) * s_src + cols, mask=m, other=0.0))
+    key = sel_key(tl.load(scores + r.to(tl.int64) * stride_scores_r + cols, mask=m, other=0.0))
     return cols, m, key, e - s, any_
 
 
 @triton.jit
-def radix_pass_kernel(src, k_start, k_end, state, row0, T, L, s_src, S,
-                      PASS: tl.constexpr, PASSES: tl.constexpr, TOPK: tl.constexpr,
-                      CHUNK: tl.constexpr, BITS: tl.constexpr):
-    """Digit pass PASS, grid (rows, S): chunk c's histogram of digit PASS over the keys sharing
-    the threshold prefix so far, added to the row's hist[PASS]. The row's last program to arrive
-    (acq_rel counter: it sees every other program's histogram) advances the row's radix state."""
+def radix_pass_kernel(
+    scores,  # [rows, >= K] fp32: token t's scores in row r = t - row0
+    k_start,  # [T] int32
+    k_end,  # [T] int32
+    state,  # [rows, PASSES * (2**BITS + 1) + 6 + n_chunks] int32, zeroed (layout: _state_row)
+    row0,  # first token of this launch
+    T,  # tokens
+    K,  # columns of a row
+    stride_scores_r,
+    n_chunks,  # chunks per row: cdiv(K, CHUNK)
+    PASS: tl.constexpr,  # the digit of this launch, most significant first; PASSES: the tie count
+    PASSES: tl.constexpr,  # 32 // BITS
+    TOPK: tl.constexpr,
+    CHUNK: tl.constexpr,  # columns per program
+    BITS: tl.constexpr,  # radix digit width
+):
+    """Grid (rows, n_chunks). PASS < PASSES, digit pass PASS: chunk c's histogram of digit PASS
+    over the keys sharing the threshold prefix so far, added to the row's hist[PASS]; the row's
+    last program to arrive (acq_rel counter: it sees every other program's histogram) advances
+    the row's radix state. PASS == PASSES, the tie count: ties[c] = chunk c's keys equal to the
+    row's final threshold prefix when only part of them is taken (else nothing is read or written)."""
     r = tl.program_id(0)
     c = tl.program_id(1)
     t = row0 + r
     if t < T:
-        st = _state_row(state, r, S, PASSES, BITS)
-        cols, m, key, n, any_ = _chunk(src, k_start, k_end, r, t, c, L, s_src, CHUNK)
-        thr, need, nbits, eq, done = _radix_state(st, n, TOPK, PASS, PASSES, BITS)
-        bins = tl.arange(0, 1 << BITS)
-        hist = st + PASS * (1 << BITS) + bins
-        if any_ & (done == 0):
-            m = m & ((key & _top_bits(nbits)) == thr)
-            digit = ((key >> (32 - BITS - PASS * BITS)) & ((1 << BITS) - 1)).to(tl.int32)
-            h = tl.histogram(digit, 1 << BITS, mask=m)
-            tl.atomic_add(hist, h, mask=h > 0, sem="relaxed")
-        if tl.atomic_add(st + _at(0, PASSES, BITS) + PASS, 1, sem="acq_rel") == S - 1:
-            if done == 0:
-                thr, need, nbits, eq = _digit_step(tl.load(hist, volatile=True), thr, need, nbits, BITS)
-                done = ((nbits == 32) | (eq == need)).to(tl.int32)
-            rs = st + _at(1, PASSES, BITS)
-            tl.store(rs, thr.to(tl.int32, bitcast=True))
-            tl.store(rs + 1, need)
-            tl.store(rs + 2, nbits)
-            tl.store(rs + 3, eq)
-            tl.store(rs + 4, done)
+        st = _state_row(state, r, n_chunks, PASSES, BITS)
+        if PASS == PASSES:
+            s, e = _row_range(k_start, k_end, t, K)
+            thr, need, nbits, eq, done = _radix_state(st, e - s, TOPK, PASSES, PASSES, BITS)
+            if (e - s > TOPK) & (eq > need):
+                cols, m, key, n, any_ = _chunk(scores, k_start, k_end, r, t, c, K, stride_scores_r, CHUNK)
+                hit = m & ((key & _top_bits(nbits)) == thr)
+                tl.store(st + _at(3, PASSES, BITS) + c, tl.sum(hit.to(tl.int32), 0))
+        else:
+            cols, m, key, n, any_ = _chunk(scores, k_start, k_end, r, t, c, K, stride_scores_r, CHUNK)
+            thr, need, nbits, eq, done = _radix_state(st, n, TOPK, PASS, PASSES, BITS)
+            bins = tl.arange(0, 1 << BITS)
+            hist = st + PASS * (1 << BITS) + bins
+            if any_ & (done == 0):
+                m = m & ((key & _top_bits(nbits)) == thr)
+                digit = ((key >> (32 - BITS - PASS * BITS)) & ((1 << BITS) - 1)).to(tl.int32)
+                h = tl.histogram(digit, 1 << BITS, mask=m)
+                tl.atomic_add(hist, h, mask=h > 0, sem="relaxed")
+            if tl.atomic_add(st + _at(0, PASSES, BITS) + PASS, 1, sem="acq_rel") == n_chunks - 1:
+                if done == 0:
+                    thr, need, nbits, eq = _digit_step(tl.load(hist, volatile=True), thr, need, nbits, BITS)
+                    done = ((nbits == 32) | (eq == need)).to(tl.int32)
+                rs = st + _at(1, PASSES, BITS)
+                tl.store(rs, thr.to(tl.int32, bitcast=True))
+                tl.store(rs + 1, need)
+                tl.store(rs + 2, nbits)
+                tl.store(rs + 3, eq)
+                tl.store(rs + 4, done)
 
 
 @triton.jit
-def radix_ties_kernel(src, k_start, k_end, state, row0, T, L, s_src, S,
-                      PASSES: tl.constexpr, TOPK: tl.constexpr, CHUNK: tl.constexpr, BITS: tl.constexpr):
-    """Grid (rows, S): ties[c] = chunk c's keys equal to the row's final threshold prefix when
-    only part of them is taken (else nothing is read or written)."""
-    r = tl.program_id(0)
-    c = tl.program_id(1)
-    t = row0 + r
-    if t < T:
-        st = _state_row(state, r, S, PASSES, BITS)
-        s, e = _row_range(k_start, k_end, t, L)
-        thr, need, nbits, eq, done = _radix_state(st, e - s, TOPK, PASSES, PASSES, BITS)
-        if (e - s > TOPK) & (eq > need):
-            cols, m, key, n, any_ = _chunk(src, k_start, k_end, r, t, c, L, s_src, CHUNK)
-            hit = m & ((key & _top_bits(nbits)) == thr)
-            tl.store(st + _at(3, PASSES, BITS) + c, tl.sum(hit.to(tl.int32), 0))
-
-
-@triton.jit
-def radix_collect_kernel(src, k_start, k_end, state, dst_k, dst_i, row0, T, L, s_src, S, s_dst,
-                         PASSES: tl.constexpr, TOPK: tl.constexpr, CHUNK: tl.constexpr,
-                         BITS: tl.constexpr, S_P2: tl.constexpr):
-    """Grid (rows, S): chunk c's winners (key bits, column), unsorted, into row ``dst_row`` of
-    dst_k / dst_i (the output rows, indexed by token, or a scratch indexed by r: ``s_dst`` = 0
+def radix_collect_kernel(
+    scores,  # [rows, >= K] fp32: token t's scores in row r = t - row0
+    k_start,  # [T] int32
+    k_end,  # [T] int32
+    state,  # [rows, PASSES * (2**BITS + 1) + 6 + n_chunks] int32, zeroed (layout: _state_row)
+    win_keys,  # [T, TOPK] fp32 out (key bits), or scratch [rows, TOPK] int32 (by_token 0)
+    win_indices,  # [T, TOPK] int32 out, or scratch [rows, TOPK] int32 (by_token 0)
+    row0,  # first token of this launch
+    T,  # tokens
+    K,  # columns of a row
+    stride_scores_r,
+    n_chunks,  # chunks per row: cdiv(K, CHUNK)
+    by_token,  # 1: win_* rows are indexed by token t (the outputs), 0: by r (a scratch)
+    PASSES: tl.constexpr,  # 32 // BITS
+    TOPK: tl.constexpr,
+    CHUNK: tl.constexpr,  # columns per program
+    BITS: tl.constexpr,  # radix digit width
+    N_CHUNKS_P2: tl.constexpr,  # next power of two of n_chunks
+):
+    """Grid (rows, n_chunks): chunk c's winners (key bits, column), unsorted, into win_keys /
+    win_indices (the output rows, indexed by token, or a scratch indexed by r: ``by_token`` = 0
     selects the latter) at positions reserved from the row's counter."""
     r = tl.program_id(0)
     c = tl.program_id(1)
     t = row0 + r
     if t < T:
-        st = _state_row(state, r, S, PASSES, BITS)
-        cols, m, key, n, any_ = _chunk(src, k_start, k_end, r, t, c, L, s_src, CHUNK)
+        st = _state_row(state, r, n_chunks, PASSES, BITS)
+        cols, m, key, n, any_ = _chunk(scores, k_start, k_end, r, t, c, K, stride_scores_r, CHUNK)
         if any_:
             take = m
             if n > TOPK:
                 thr, need, nbits, eq, done = _radix_state(st, n, TOPK, PASSES, PASSES, BITS)
-                sl = tl.arange(0, S_P2)
+                sl = tl.arange(0, N_CHUNKS_P2)
                 before = tl.sum(tl.load(st + _at(3, PASSES, BITS) + sl, mask=sl < c, other=0), 0)
                 take = _winners(key, m, thr, need, nbits, eq, before)
             cnt = tl.sum(take.to(tl.int32), 0)
             base = tl.atomic_add(st + _at(2, PASSES, BITS), cnt, sem="relaxed")
-            row = tl.where(s_dst == 0, r, t).to(tl.int64) * TOPK
-            _store_winners(dst_k.to(tl.pointer_type(tl.uint32)) + row, dst_i + row, take, key, cols, base)
+            row = tl.where(by_token == 0, r, t).to(tl.int64) * TOPK
+            _store_winners(win_keys.to(tl.pointer_type(tl.uint32)) + row, win_indices + row, take, key, cols, base)
 
 
 @triton.jit
-def sort_rows_kernel(k_start, k_end, out_v, out_i, row0, T, L,
-                     TOPK: tl.constexpr, TOPK_P2: tl.constexpr):
+def sort_rows_kernel(
+    k_start,  # [T] int32
+    k_end,  # [T] int32
+    out_values,  # [T, TOPK] fp32: the collected winners' key bits in, the sorted scores out
+    out_indices,  # [T, TOPK] int32: their columns in, sorted out
+    row0,  # first token of this launch
+    T,  # tokens
+    K,  # columns of a row
+    TOPK: tl.constexpr,
+    TOPK_P2: tl.constexpr,  # next power of two of TOPK
+):
     """One program per token t = row0 + pid: sort its min(visible, TOPK) collected winners."""
     t = row0 + tl.program_id(0)
     if t < T:
-        s, e = _row_range(k_start, k_end, t, L)
-        _sort_keys(out_v + t.to(tl.int64) * TOPK, out_i + t.to(tl.int64) * TOPK,
+        s, e = _row_range(k_start, k_end, t, K)
+        _sort_keys(out_values + t.to(tl.int64) * TOPK, out_indices + t.to(tl.int64) * TOPK,
                    tl.minimum(e - s, TOPK), TOPK, TOPK_P2)
 
 
 @triton.jit
-def rank_sort_kernel(src_k, src_i, k_start, k_end, out_v, out_i, row0, T, L,
-                     TOPK: tl.constexpr, TOPK_P2: tl.constexpr, SLICE: tl.constexpr):
+def rank_sort_kernel(
+    k_start,  # [T] int32
+    k_end,  # [T] int32
+    win_keys,  # [rows, TOPK] int32: the collected winners' key bits (scratch row r)
+    win_indices,  # [rows, TOPK] int32: their columns
+    out_values,  # [T, TOPK] fp32 out
+    out_indices,  # [T, TOPK] int32 out
+    row0,  # first token of this launch
+    T,  # tokens
+    K,  # columns of a row
+    TOPK: tl.constexpr,
+    TOPK_P2: tl.constexpr,  # next power of two of TOPK
+    SLICE: tl.constexpr,  # winners placed per program
+):
     """Grid (rows, cdiv(TOPK, SLICE)), for few rows: each program places SLICE of row r's collected
-    winners (src, scratch row r) at their rank among all of them, rank = how many have a larger
+    winners (scratch row r) at their rank among all of them, rank = how many have a larger
     key, or the same key and a lower column (columns are distinct), and pads its share of slots
     past the count. Many small programs: a row's sort is a single latency-bound program else."""
     r = tl.program_id(0)
     t = row0 + r
     if t < T:
-        s, e = _row_range(k_start, k_end, t, L)
+        s, e = _row_range(k_start, k_end, t, K)
         taken = tl.minimum(e - s, TOPK)
-        keys = src_k.to(tl.pointer_type(tl.uint32)) + r.to(tl.int64) * TOPK
-        cols = src_i + r.to(tl.int64) * TOPK
+        keys = win_keys.to(tl.pointer_type(tl.uint32)) + r.to(tl.int64) * TOPK
+        cols = win_indices + r.to(tl.int64) * TOPK
         q = tl.program_id(1) * SLICE + tl.arange(0, SLICE)
         mk = tl.load(keys + q, mask=q < taken, other=0)
         mi = tl.load(cols + q, mask=q < taken, other=0)
@@ -287,22 +329,33 @@ def rank_sort_kernel(src_k, src_i, k_start, k_end, out_v, out_i, row0, T, L,
         before = (k > mk[:, None]) | ((k == mk[:, None]) & (i < mi[:, None]))
         rank = tl.sum((before & (p < taken)[None, :]).to(tl.int32), 1)
         dst = t.to(tl.int64) * TOPK
-        tl.store(out_v + dst + rank, _key_value(mk), mask=q < taken)
-        tl.store(out_i + dst + rank, mi, mask=q < taken)
+        tl.store(out_values + dst + rank, _key_value(mk), mask=q < taken)
+        tl.store(out_indices + dst + rank, mi, mask=q < taken)
         pad = (q >= taken) & (q < TOPK)
-        tl.store(out_v + dst + q, float("-inf"), mask=pad)
-        tl.store(out_i + dst + q, -1, mask=pad)
+        tl.store(out_values + dst + q, float("-inf"), mask=pad)
+        tl.store(out_indices + dst + q, -1, mask=pad)
 
 
 @triton.jit
-def select_row(src, s, e, out_v, out_i, TOPK: tl.constexpr, TOPK_P2: tl.constexpr, CH: tl.constexpr,
-               SORTED: tl.constexpr = True, src_idx=None, BITS: tl.constexpr = 8,
-               EARLY_EXIT: tl.constexpr = True):
-    """Top-TOPK of src[s:e] (fp32, columns s..e-1) into out_v/out_i[0:TOPK], sorted descending.
+def select_row(
+    scores,  # [>= col_end] fp32: the row
+    col_start,  # first column of the range
+    col_end,  # end of the range (exclusive)
+    out_values,  # [TOPK] fp32 out
+    out_indices,  # [TOPK] int32 out
+    TOPK: tl.constexpr,
+    TOPK_P2: tl.constexpr,  # next power of two of TOPK
+    BLOCK_SELECT: tl.constexpr,  # columns per step of every pass
+    SORTED: tl.constexpr = True,
+    score_indices=None,  # [>= col_end] int32 or None: the index written for each position
+    BITS: tl.constexpr = 8,  # radix digit width
+    EARLY_EXIT: tl.constexpr = True,
+):
+    """Top-TOPK of scores[col_start:col_end] into out_values/out_indices[0:TOPK], sorted descending.
 
-    ``src_idx`` (int32, same positions as ``src``) replaces the column number written to out_i
-    (a merge of candidate lists); ties still go to the lower position, so positions must be in
-    ascending index order among equal scores. Without SORTED the min(TOPK, e - s) winners' scores
+    ``score_indices`` (int32, same positions as ``scores``) replaces the column number written to
+    out_indices (a merge of candidate lists); ties still go to the lower position, so positions must
+    be in ascending index order among equal scores. Without SORTED the min(TOPK, col_end - col_start) winners' scores
     are left in ascending position order and nothing else is written (no sort, no padding).
 
     Radix select, most significant digit first: up to 32/BITS passes of 2**BITS-bin histograms
@@ -310,11 +363,13 @@ def select_row(src, s, e, out_v, out_i, TOPK: tl.constexpr, TOPK_P2: tl.constexp
     elements with that prefix to keep (``need``). With EARLY_EXIT the passes stop once every
     element with the prefix is needed (its bin count == need): lower digits cannot change the
     set, so the output is the same. Then one compaction pass and a bitonic sort of the <= TOPK
-    winners (``_sort_keys``). Slots past the visible count get -inf / -1. On the H200 ``tl.histogram`` cost grew
-    with the bin count (4096 rows: 4 x 256 bins 293 us, 4 x 1024 bins 1.4 ms); 8 passes of 4-bit
-    one-hot counts (no histogram) measured 1.8x slower than 8-bit histograms.
+    winners (``_sort_keys``). Slots past the visible count get -inf / -1. On the H200
+    ``tl.histogram`` cost grew with the bin count (4096 rows: 4 x 256 bins 293 us, 4 x 1024 bins
+    1.4 ms); 8 passes of 4-bit one-hot counts (no histogram) measured 1.8x slower than 8-bit
+    histograms.
     """
     NBINS: tl.constexpr = 1 << BITS
+    s, e = col_start, col_end
     n = e - s
     thr = tl.zeros((), tl.uint32)  # the threshold prefix, in the top nbits bits of a key
     need = tl.zeros((), tl.int32) + tl.minimum(n, TOPK)
@@ -328,9 +383,9 @@ def select_row(src, s, e, out_v, out_i, TOPK: tl.constexpr, TOPK_P2: tl.constexp
             shift = 32 - BITS - nbits
             fixed = ones ^ (ones >> nbits.to(tl.uint32))  # the top nbits bits
             hist = tl.zeros((NBINS,), tl.int32)
-            for c0 in range(s, e, CH):
-                cols = c0 + tl.arange(0, CH)
-                key = sel_key(tl.load(src + cols, mask=cols < e, other=0.0))
+            for c0 in range(s, e, BLOCK_SELECT):
+                cols = c0 + tl.arange(0, BLOCK_SELECT)
+                key = sel_key(tl.load(scores + cols, mask=cols < e, other=0.0))
                 m = (cols < e) & ((key & fixed) == thr)
                 hist += tl.histogram(((key >> shift.to(tl.uint32)) & (NBINS - 1)).to(tl.int32), NBINS, mask=m)
             at_least = tl.cumsum(hist, 0, reverse=True)
@@ -347,39 +402,53 @@ def select_row(src, s, e, out_v, out_i, TOPK: tl.constexpr, TOPK_P2: tl.constexp
     hi_mask = (ones >> low) << low
     taken = tl.zeros((), tl.int32)
     eq_seen = tl.zeros((), tl.int32)
-    for c0 in range(s, e, CH):
-        cols = c0 + tl.arange(0, CH)
+    for c0 in range(s, e, BLOCK_SELECT):
+        cols = c0 + tl.arange(0, BLOCK_SELECT)
         m = cols < e
-        x = tl.load(src + cols, mask=m, other=0.0)
+        x = tl.load(scores + cols, mask=m, other=0.0)
         key = sel_key(x)
         kt = key & hi_mask
         eq = m & (kt == thr)
         eq_rank = eq_seen + tl.cumsum(eq.to(tl.int32), 0) - 1
         take = (m & (kt > thr)) | (eq & (eq_rank < need))
         pos = taken + tl.cumsum(take.to(tl.int32), 0) - 1
-        if src_idx is not None:
-            idx = tl.load(src_idx + cols, mask=take, other=-1)
+        if score_indices is not None:
+            idx = tl.load(score_indices + cols, mask=take, other=-1)
         else:
             idx = cols
         if SORTED:  # key bits, for _sort_keys
-            tl.store(out_v.to(tl.pointer_type(tl.uint32)) + pos, key, mask=take & (pos < TOPK))
+            tl.store(out_values.to(tl.pointer_type(tl.uint32)) + pos, key, mask=take & (pos < TOPK))
         else:
-            tl.store(out_v + pos, x, mask=take & (pos < TOPK))
-        tl.store(out_i + pos, idx, mask=take & (pos < TOPK))
+            tl.store(out_values + pos, x, mask=take & (pos < TOPK))
+        tl.store(out_indices + pos, idx, mask=take & (pos < TOPK))
         taken += tl.sum(take.to(tl.int32), 0)
         eq_seen += tl.sum(eq.to(tl.int32), 0)
     if SORTED:
         tl.debug_barrier()
-        _sort_keys(out_v, out_i, taken, TOPK, TOPK_P2)
+        _sort_keys(out_values, out_indices, taken, TOPK, TOPK_P2)
 
 
 @triton.jit
-def select_kernel(ws, k_start, k_end, out_v, out_i, row0, T, K, s_ws,
-                  TOPK: tl.constexpr, TOPK_P2: tl.constexpr, CH: tl.constexpr, BITS: tl.constexpr):
-    """Top-k of the staged scores ws[t - row0, k_start[t]:k_end[t]] for one token t per program."""
+def select_kernel(
+    scores,  # [rows, >= K] fp32: token t's scores in row t - row0
+    k_start,  # [T] int32
+    k_end,  # [T] int32
+    out_values,  # [T, TOPK] fp32 out
+    out_indices,  # [T, TOPK] int32 out
+    row0,  # first token of this launch
+    T,  # tokens
+    K,  # columns of a row
+    stride_scores_r,
+    TOPK: tl.constexpr,
+    TOPK_P2: tl.constexpr,  # next power of two of TOPK
+    BLOCK_SELECT: tl.constexpr,  # columns per step of every pass
+    BITS: tl.constexpr,  # radix digit width
+):
+    """Top-k of the staged scores[t - row0, k_start[t]:k_end[t]] for one token t per program."""
     t = row0 + tl.program_id(0)
     if t < T:
         s = tl.maximum(tl.load(k_start + t), 0)
         e = tl.maximum(tl.minimum(tl.load(k_end + t), K), s)
-        select_row(ws + tl.program_id(0).to(tl.int64) * s_ws, s, e,
-                   out_v + t.to(tl.int64) * TOPK, out_i + t.to(tl.int64) * TOPK, TOPK, TOPK_P2, CH, BITS=BITS)
+        select_row(scores + tl.program_id(0).to(tl.int64) * stride_scores_r, s, e,
+                   out_values + t.to(tl.int64) * TOPK, out_indices + t.to(tl.int64) * TOPK, TOPK, TOPK_P2,
+                   BLOCK_SELECT, BITS=BITS)

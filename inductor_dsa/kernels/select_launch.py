@@ -11,11 +11,10 @@ import torch
 
 from . import configs
 from .host import cdiv, next_pow2
-from .select import (radix_collect_kernel, radix_pass_kernel, radix_ties_kernel, rank_sort_kernel,
-                     select_kernel, sort_rows_kernel)
+from .select import radix_collect_kernel, radix_pass_kernel, rank_sort_kernel, select_kernel, sort_rows_kernel
 
-_POINTERS = dict(src="*fp32", k_start="*i32", k_end="*i32", state="*i32", out_v="*fp32", out_i="*i32",
-                 dst_k="*i32", dst_i="*i32", src_k="*i32", src_i="*i32")
+_POINTERS = dict(scores="*fp32", k_start="*i32", k_end="*i32", state="*i32", out_values="*fp32",
+                 out_indices="*i32", win_keys="*i32", win_indices="*i32")
 
 
 def chunked(rows: int, n: int, cfg: configs.SelectConfig) -> bool:
@@ -40,7 +39,8 @@ def select(src, row0: int, rows: int, t: int, n: int, k_start, k_end, out_v, out
     topk_p2 = next_pow2(topk)
     if not chunked(rows, n, cfg):
         select_kernel[(rows,)](src, k_start, k_end, out_v, out_i, row0, t, n, src.stride(0),
-                               TOPK=topk, TOPK_P2=topk_p2, CH=cfg.ch, BITS=cfg.bits, num_warps=cfg.num_warps)
+                               TOPK=topk, TOPK_P2=topk_p2, BLOCK_SELECT=cfg.ch, BITS=cfg.bits,
+                               num_warps=cfg.num_warps)
         return
     bits, chunk = cfg.pass_bits, chunk_size(src.device, rows, n, cfg)
     passes = 32 // bits
@@ -48,20 +48,19 @@ def select(src, row0: int, rows: int, t: int, n: int, k_start, k_end, out_v, out
     state = torch.zeros((rows, passes * ((1 << bits) + 1) + 6 + s), dtype=torch.int32, device=src.device)  # select._state_row
     common = dict(TOPK=topk, CHUNK=chunk, BITS=bits, num_warps=cfg.chunk_warps)
     args = (src, k_start, k_end, state, row0, t, n, src.stride(0), s)
-    for p in range(passes):
+    for p in range(passes + 1):  # the digit passes, then the tie count
         radix_pass_kernel[(rows, s)](*args, PASS=p, PASSES=passes, **common)
-    radix_ties_kernel[(rows, s)](*args, PASSES=passes, **common)
     rank = rows <= cfg.rank_rows
     # ranked: winners go to a scratch [rows, topk] pair first (the ranking reads them all)
     if rank:
-        dst_k, dst_i = torch.empty((2, rows, topk), dtype=torch.int32, device=src.device)
+        win_keys, win_indices = torch.empty((2, rows, topk), dtype=torch.int32, device=src.device)
     else:
-        dst_k, dst_i = out_v, out_i
-    radix_collect_kernel[(rows, s)](*args[:4], dst_k, dst_i, *args[4:], 0 if rank else 1,
-                                    PASSES=passes, S_P2=next_pow2(s), **common)
+        win_keys, win_indices = out_v, out_i
+    radix_collect_kernel[(rows, s)](*args[:4], win_keys, win_indices, *args[4:], 0 if rank else 1,
+                                    PASSES=passes, N_CHUNKS_P2=next_pow2(s), **common)
     if rank:
         rank_sort_kernel[(rows, cdiv(topk, cfg.rank_slice))](
-            dst_k, dst_i, k_start, k_end, out_v, out_i, row0, t, n, TOPK=topk, TOPK_P2=topk_p2,
+            k_start, k_end, win_keys, win_indices, out_v, out_i, row0, t, n, TOPK=topk, TOPK_P2=topk_p2,
             SLICE=cfg.rank_slice, num_warps=cfg.rank_warps)
     else:
         sort_rows_kernel[(rows,)](k_start, k_end, out_v, out_i, row0, t, n, TOPK=topk, TOPK_P2=topk_p2,
@@ -74,13 +73,13 @@ def aot_variants(cfg: configs.SelectConfig, n: int = 1 << 20):
     (``python -m inductor_dsa.aot``)."""
     passes = 32 // cfg.pass_bits
     s = cdiv(n, cfg.chunk)
-    ints = dict(row0=0, T=1, L=n, s_src=n, S=s, s_dst=1)
+    ints = dict(row0=0, T=1, K=n, stride_scores_r=n, n_chunks=s, by_token=1)
     for topk in (512, 2048):
         common = dict(TOPK=topk, CHUNK=cfg.chunk, BITS=cfg.pass_bits, PASSES=passes)
         kernels = [("radix_pass[pass=0]", radix_pass_kernel, dict(common, PASS=0), cfg.chunk_warps),
                    ("radix_pass[pass=1]", radix_pass_kernel, dict(common, PASS=1), cfg.chunk_warps),
-                   ("radix_ties", radix_ties_kernel, common, cfg.chunk_warps),
-                   ("radix_collect", radix_collect_kernel, dict(common, S_P2=next_pow2(s)), cfg.chunk_warps),
+                   ("radix_ties", radix_pass_kernel, dict(common, PASS=passes), cfg.chunk_warps),
+                   ("radix_collect", radix_collect_kernel, dict(common, N_CHUNKS_P2=next_pow2(s)), cfg.chunk_warps),
                    ("sort_rows", sort_rows_kernel, dict(TOPK=topk, TOPK_P2=next_pow2(topk)), cfg.sort_warps),
                    ("rank_sort", rank_sort_kernel, dict(TOPK=topk, TOPK_P2=next_pow2(topk), SLICE=cfg.rank_slice),
                     cfg.rank_warps)]
