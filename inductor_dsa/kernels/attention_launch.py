@@ -68,11 +68,11 @@ def _sparse_attention(q, kv, indices, sink, scale: float, splits: int | None, cf
     opts = configs.launch_options(cfg, target)
     sparse_attention_kernel[grid_qh + (splits,)](
         q, kv, indices, sink_t, out, lse, partials, m, kv.shape[1], h, topk, scale * LOG2E,
-        *q.stride(), *kv.stride(), *indices.stride(), *out.stride()[:3], *lse.stride()[:2],
+        *q.stride(), *kv.stride(), *indices.stride(),
         HAS_SINK=has_sink, SPLITS=splits, DOT_DTYPE=dot, D=d, BLOCK_H=bh, BLOCK_N=cfg.bn, GATHER=cfg.gather, **opts)
     if splits > 1:
         dc = min(d, 64)
-        combine_kernel[grid_qh + (d // dc,)](partials, sink_t, out, lse, m, h, *out.stride()[:3], *lse.stride()[:2],
+        combine_kernel[grid_qh + (d // dc,)](partials, sink_t, out, lse, h,
                                             HAS_SINK=has_sink, SPLITS=splits, D=d, BLOCK_H=bh, BLOCK_D=dc,
                                             num_warps=4)
     return out, lse
@@ -86,8 +86,7 @@ def sparse_attention_aot_variants(target: str, cfg: configs.SparseAttentionConfi
                     partials="*fp32", qk_scale="fp32")
     ints = dict(M=m, N=n, H=h, TOPK=topk, stride_q_b=m * h * d, stride_q_m=h * d, stride_q_h=d, stride_q_d=1,
                 stride_kv_b=n * d, stride_kv_n=d, stride_kv_d=1, stride_idx_b=m * topk, stride_idx_m=topk,
-                stride_idx_k=1, stride_out_b=m * h * d, stride_out_m=h * d, stride_out_h=d, stride_lse_b=m * h,
-                stride_lse_m=h)
+                stride_idx_k=1)
     opts = configs.launch_options(cfg, target)
     for splits in (1, 2):
         consts = dict(HAS_SINK=True, SPLITS=splits, DOT_DTYPE=tl.bfloat16, D=d, BLOCK_H=bh, BLOCK_N=cfg.bn,

@@ -131,13 +131,23 @@ def _finish(acc, mx, l, sink, heads, hm, HAS_SINK: tl.constexpr):
 
 
 @triton.jit
+def _write_out(out, lse, pid, heads, hm, cols, o, ls, H, D: tl.constexpr, with_lse):
+    """out[pid, heads, cols] = o and, ``with_lse``, lse[pid, heads] = ls: query pid = b * M + m of
+    the launcher's contiguous out [B*M, H, D] and lse [B*M, H]."""
+    row = pid.to(tl.int64) * H + heads
+    tl.store(out + row[:, None] * D + cols[None, :], o.to(out.dtype.element_ty), mask=hm[:, None])
+    if with_lse:
+        tl.store(lse + row, ls, mask=hm)
+
+
+@triton.jit
 def sparse_attention_kernel(
     q,  # [B, M, H, D] bf16/fp16/fp32, any strides
     kv,  # [B, N, D] keys = values, q's dtype, any strides
     indices,  # [B, M, TOPK] int32 rows of kv (< 0: empty slot), any strides
     sink,  # HAS_SINK: fp32 [H] per-head sink logits; else unused
-    out,  # [B, M, H, D] q's dtype, unit stride on D
-    lse,  # fp32 [B, M, H], unit stride on H
+    out,  # [B, M, H, D] q's dtype, contiguous
+    lse,  # fp32 [B, M, H], contiguous
     partials,  # SPLITS > 1: fp32 [B*M, SPLITS, H, D + 4] workspace; else unused
     M,  # queries per batch entry
     N,  # kv rows per batch entry
@@ -154,11 +164,6 @@ def sparse_attention_kernel(
     stride_idx_b,
     stride_idx_m,
     stride_idx_k,
-    stride_out_b,
-    stride_out_m,
-    stride_out_h,
-    stride_lse_b,
-    stride_lse_m,
     HAS_SINK: tl.constexpr,  # add the sink to every softmax denominator
     SPLITS: tl.constexpr,  # programs per (query, head block) along the slots (split-KV)
     DOT_DTYPE: tl.constexpr,  # dot operand type (fp32 under the interpreter)
@@ -189,9 +194,7 @@ def sparse_attention_kernel(
                          stride_kv_n, stride_kv_d, stride_idx_k, BLOCK_H, BLOCK_N, D, DOT_DTYPE, GATHER)
     if SPLITS == 1:
         o, ls = _finish(acc, mx, l, sink, heads, hm, HAS_SINK)
-        o_ptr = out + b * stride_out_b + m * stride_out_m + heads.to(tl.int64)[:, None] * stride_out_h + dd[None, :]
-        tl.store(o_ptr, o.to(out.dtype.element_ty), mask=hm[:, None])
-        tl.store(lse + b * stride_lse_b + m * stride_lse_m + heads, ls, mask=hm)
+        _write_out(out, lse, pid, heads, hm, dd, o, ls, H, D, True)
     else:
         row = ((pid.to(tl.int64) * SPLITS + sp) * H + heads) * (D + 4)
         tl.store(partials + row[:, None] + dd[None, :], acc * _inv(l)[:, None], mask=hm[:, None])
@@ -203,15 +206,9 @@ def sparse_attention_kernel(
 def combine_kernel(
     partials,  # fp32 [B*M, SPLITS, H, D + 4] from sparse_attention_kernel
     sink,  # HAS_SINK: fp32 [H] per-head sink logits; else unused
-    out,  # [B, M, H, D] q's dtype, unit stride on D
-    lse,  # fp32 [B, M, H], unit stride on H
-    M,  # queries per batch entry
+    out,  # [B, M, H, D] q's dtype, contiguous
+    lse,  # fp32 [B, M, H], contiguous
     H,  # heads
-    stride_out_b,
-    stride_out_m,
-    stride_out_h,
-    stride_lse_b,
-    stride_lse_m,
     HAS_SINK: tl.constexpr,  # add the sink to every softmax denominator
     SPLITS: tl.constexpr,  # partials per (query, head)
     D: tl.constexpr,  # head_dim
@@ -225,8 +222,6 @@ def combine_kernel(
     pid = tl.program_id(0)
     hb = tl.program_id(1)
     d0 = tl.program_id(2) * BLOCK_D
-    b = (pid // M).to(tl.int64)
-    m = (pid % M).to(tl.int64)
     heads = hb * BLOCK_H + tl.arange(0, BLOCK_H)
     hm = heads < H
     dd = d0 + tl.arange(0, BLOCK_D)
@@ -244,7 +239,4 @@ def combine_kernel(
         l += w
         acc += tl.load(partials + row[:, None] + dd[None, :], mask=hm[:, None], other=0.0) * w[:, None]
     o, ls = _finish(acc, base, l, sink, heads, hm, HAS_SINK)
-    o_ptr = out + b * stride_out_b + m * stride_out_m + heads.to(tl.int64)[:, None] * stride_out_h + dd[None, :]
-    tl.store(o_ptr, o.to(out.dtype.element_ty), mask=hm[:, None])
-    if d0 == 0:
-        tl.store(lse + b * stride_lse_b + m * stride_lse_m + heads, ls, mask=hm)
+    _write_out(out, lse, pid, heads, hm, dd, o, ls, H, D, d0 == 0)
