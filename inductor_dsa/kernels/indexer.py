@@ -37,19 +37,19 @@ from .decode import (FMT_FP8_BYTES, FMT_MXFP4, e4m3_bytes_to_f32, load_mxfp4_row
 
 
 @triton.jit
-def _load_rows(ptr, xptr, off, xoff, mask, sd, FMT: tl.constexpr, FNUZ: tl.constexpr,
+def _load_rows(ptr, scale_ptr, off, scale_off, mask, stride_d, FMT: tl.constexpr, FNUZ: tl.constexpr,
                R: tl.constexpr, D: tl.constexpr, cols=None):
-    """R rows of D elements starting at element offsets ``off`` (MXFP4 scales at ``xoff``); a
+    """R rows of D elements starting at element offsets ``off`` (MXFP4 scales at ``scale_off``); a
     plain or FP8 row can be read at element columns ``cols`` (int32 [D]) instead of in order."""
     if cols is None:
         cols = tl.arange(0, D)
     if FMT == FMT_MXFP4:
-        x = load_mxfp4_rows(ptr, xptr, off, xoff, mask, R, D)
+        x = load_mxfp4_rows(ptr, scale_ptr, off, scale_off, mask, R, D)
     elif FMT == FMT_FP8_BYTES:
-        x = tl.load(ptr + off[:, None] + cols[None, :] * sd, mask=mask[:, None], other=0)
+        x = tl.load(ptr + off[:, None] + cols[None, :] * stride_d, mask=mask[:, None], other=0)
         x = e4m3_bytes_to_f32(x.to(tl.int32), FNUZ)
     else:
-        x = tl.load(ptr + off[:, None] + cols[None, :] * sd, mask=mask[:, None], other=0.0)
+        x = tl.load(ptr + off[:, None] + cols[None, :] * stride_d, mask=mask[:, None], other=0.0)
     return x
 
 
@@ -88,14 +88,14 @@ def query_tile(
     h = r % BLOCK_H
     m = (t < T) & (h < H)
     off = t * stride_q_t + h * stride_q_h
-    xoff = t * stride_q_scale_t + h * stride_q_scale_h
+    scale_off = t * stride_q_scale_t + h * stride_q_scale_h
     if K_ORDER and Q_FMT == FMT_MXFP4:
-        x = mxfp4_rows_mma(q, q_scale, off, xoff, m, BLOCK_T * BLOCK_H, D, tl.float32, False, DOT_DTYPE)
+        x = mxfp4_rows_mma(q, q_scale, off, scale_off, m, BLOCK_T * BLOCK_H, D, tl.float32, False, DOT_DTYPE)
     elif K_ORDER:
-        x = _load_rows(q, q_scale, off, xoff, m, stride_q_d, Q_FMT, FNUZ, BLOCK_T * BLOCK_H, D,
+        x = _load_rows(q, q_scale, off, scale_off, m, stride_q_d, Q_FMT, FNUZ, BLOCK_T * BLOCK_H, D,
                        mma_k_cols(D)).to(DOT_DTYPE)
     else:
-        x = _load_rows(q, q_scale, off, xoff, m, stride_q_d, Q_FMT, FNUZ, BLOCK_T * BLOCK_H, D).to(DOT_DTYPE)
+        x = _load_rows(q, q_scale, off, scale_off, m, stride_q_d, Q_FMT, FNUZ, BLOCK_T * BLOCK_H, D).to(DOT_DTYPE)
     wv = tl.load(weights + t * stride_weights_t + h * stride_weights_h, mask=m, other=0.0).to(tl.float32)
     return tl.trans(x), wv
 
@@ -126,23 +126,24 @@ def score_rows(
 
 
 @triton.jit
-def _score_block(qT, wv, k, kx, j0, K, sk_k, sk_d, skx_k,
+def _score_block(qT, wv, k, k_scale, j0, K, stride_k_n, stride_k_d, stride_k_scale_n,
                  K_FMT: tl.constexpr, K_ROW_SCALE: tl.constexpr, FNUZ: tl.constexpr,
-                 BT: tl.constexpr, HP: tl.constexpr, BN: tl.constexpr, D: tl.constexpr,
+                 BLOCK_T: tl.constexpr, BLOCK_H: tl.constexpr, BLOCK_N: tl.constexpr, D: tl.constexpr,
                  DOT_DTYPE: tl.constexpr, DEC_DTYPE: tl.constexpr, ALIGNED: tl.constexpr):
-    """logits^T [BN, BT] fp32 for key rows j0 .. j0+BN-1 (rows >= K score 0). MXFP4 keys come in
-    the ``mma_k_cols`` column order: Q^T must be in that order too."""
-    j = j0 + tl.arange(0, BN)
+    """logits^T [BLOCK_N, BLOCK_T] fp32 for key rows j0 .. j0+BLOCK_N-1 (rows >= K score 0). MXFP4
+    keys come in the ``mma_k_cols`` column order: Q^T must be in that order too."""
+    j = j0 + tl.arange(0, BLOCK_N)
     jm = j < K
-    j64 = j.to(tl.int64)
+    row, scale_row = j.to(tl.int64) * stride_k_n, j.to(tl.int64) * stride_k_scale_n
     if K_FMT == FMT_MXFP4:
-        kt = mxfp4_rows_mma(k, kx, j64 * sk_k, j64 * skx_k, jm, BN, D, DEC_DTYPE, ALIGNED, DOT_DTYPE)
+        kt = mxfp4_rows_mma(k, k_scale, row, scale_row, jm, BLOCK_N, D, DEC_DTYPE, ALIGNED, DOT_DTYPE)
     else:
-        kt = _load_rows(k, kx, j64 * sk_k, j64 * skx_k, jm, sk_d, K_FMT, FNUZ, BN, D).to(DOT_DTYPE)
+        kt = _load_rows(k, k_scale, row, scale_row, jm, stride_k_d, K_FMT, FNUZ, BLOCK_N, D).to(DOT_DTYPE)
     if K_ROW_SCALE:
-        blk = score_rows(qT, wv, kt, tl.load(kx + j64 * skx_k, mask=jm, other=0.0), BT, HP, BN, DOT_DTYPE)
+        blk = score_rows(qT, wv, kt, tl.load(k_scale + scale_row, mask=jm, other=0.0), BLOCK_T, BLOCK_H, BLOCK_N,
+                         DOT_DTYPE)
     else:
-        blk = score_rows(qT, wv, kt, None, BT, HP, BN, DOT_DTYPE)
+        blk = score_rows(qT, wv, kt, None, BLOCK_T, BLOCK_H, BLOCK_N, DOT_DTYPE)
     return blk
 
 
