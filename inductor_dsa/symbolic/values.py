@@ -91,11 +91,13 @@ class AllReduce(Value):
 class Index(Value):
     """An integer or boolean tensor known as a sympy expression of atom symbols.
 
-    ``expr`` is None for an opaque boolean (a mask we cannot read).
+    ``expr`` is None for an opaque boolean (a mask we cannot read); ``logic`` then says how it was
+    built from other booleans, when it was: ("not", x) | ("and", a, b) | ("or", a, b).
     """
     expr: Optional[sympy.Basic]
     is_bool: bool = False
     leaves: tuple = ()  # (function symbol, node, dims or None) of opaque integer tensors used
+    logic: Optional[tuple] = None
 
 
 @dataclass(eq=False)
