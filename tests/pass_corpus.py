@@ -438,10 +438,29 @@ def causal_and_data_padding(q, k, w, pad_hidden):
     return s.masked_fill(~keep, float("-inf")).topk(4)
 
 
+def causal_and_int_padding(q, k, w, pad_hidden):
+    s = (_s(q, k).relu() * w.unsqueeze(-1)).sum(1)
+    s = s.masked_fill(_causal(q.shape[0], k.shape[0]), float("-inf"))  # a range
+    attention_mask = (~pad_hidden).long()  # HF-style 0/1 int64 padding, indexed by the key: data
+    return s.masked_fill(attention_mask[None, :] == 0, float("-inf")).topk(4)
+
+
 def data_index_put(q, k, w, hidden):
     logits = (_s(q, k).relu() * w.unsqueeze(-1)).sum(1)
     logits[hidden] = float("-inf")
     return logits.topk(4)
+
+
+def data_mask_per_batch_kv(q, kv, w, hidden):
+    s = (torch.einsum("bthd,bkd->bthk", q, kv).relu() * w.unsqueeze(-1)).sum(2)  # [B, T, K], k per batch
+    return s.masked_fill(hidden, float("-inf")).topk(4)
+
+
+def _per_batch_data(dt, s, b=2):
+    g = torch.Generator().manual_seed(s)
+    q, kv, w = (torch.randn(b, T, H, D, generator=g).to(dt), torch.randn(b, K, D, generator=g).to(dt),
+                torch.randn(b, T, H, generator=g).to(dt))
+    return q, kv, w, _hidden((b, T, K), s)
 
 
 def per_key_bias_logits(q, k, w):
@@ -496,7 +515,10 @@ CASES = [
          outputs="both", dtypes=(torch.float32, torch.bfloat16)),
     Case("causal_range_and_data_padding", causal_and_data_padding, _with_data((K,)), {"indexer_topk": 1},
          outputs="both"),
+    Case("causal_range_and_int_padding", causal_and_int_padding, _with_data((K,)), {"indexer_topk": 1},
+         outputs="both"),
     Case("data_mask_index_put", data_index_put, _with_data((T, K)), {"indexer_topk": 1}, outputs="both"),
+    Case("data_mask_per_batch_kv", data_mask_per_batch_kv, _per_batch_data, {"indexer_topk": 1}, outputs="both"),
     Case("per_key_bias_logits", per_key_bias_logits, _qkw, {"indexer_logits": 1}, kind="logits"),
     Case("decode_dense_gather_context_lens", decode_dense_gather, make_decode, {"indexer_topk": 1},
          outputs="both", dtypes=(torch.float32, torch.bfloat16),

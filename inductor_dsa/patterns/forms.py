@@ -91,7 +91,7 @@ def negate(c):
         return Opaque(c.cond, not c.shown)
     if c.expr is None:
         return Opaque(c, False)
-    return Index(sympy.Not(c.expr), is_bool=True, leaves=c.leaves)
+    return Index(sympy.Not(c.expr), is_bool=True, leaves=c.leaves, logic=("not", c))
 
 
 def peel_masks(v: Value, biases: Optional[list] = None):

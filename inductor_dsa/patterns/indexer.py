@@ -207,13 +207,19 @@ def _assign(I, qv, kv, wterms, C, H, out_dims, key_dim) -> IndexerForm:
                        q_value=qv, k_value=kv)
 
 
-def _data_masks(I, conds, biases):
-    """(provable conditions, [DataMask]): opaque conditions become their boolean tensors, split
-    through ~, & (and | of hidden conditions, De Morgan) so that provable parts keep their range."""
-    ranged, data = [], []
+def _data_masks(I, conds, biases, keys):
+    """(provable conditions, [DataMask]): opaque conditions, and readable ones that read a tensor
+    indexed by the key (``pad[b, j] == 1``: data, not a range), become their boolean tensors,
+    split through ~, & (and | of hidden conditions, De Morgan) so that provable parts keep their range."""
+    A, ranged, data = I.A, [], []
+    keys = {A.find(a) for a in keys}
+
+    def reads_keys(c):
+        return any(dims is not None and {A.find(x) for d in dims for x in A.flat_dim(d)} & keys
+                   for _, _, dims in c.leaves)
 
     def visible(c, shown):
-        if c.expr is not None:
+        if c.expr is not None and not reads_keys(c):
             ranged.append(c if shown else negate(c))
             return
         logic = c.logic or ("",)
@@ -222,13 +228,12 @@ def _data_masks(I, conds, biases):
         elif logic[0] == ("and" if shown else "or"):
             visible(logic[1], shown)
             visible(logic[2], shown)
+        elif c.origin is None:
+            raise Reject("a mask given as data is not a tensor of the graph")
         else:
-            data.append(DataMask(c.origin, I.A.flat_dims(c.origin_dims), torch.bool, shown))
+            data.append(DataMask(c.origin, A.flat_dims(c.origin_dims), torch.bool, shown))
     for c in conds:
-        if isinstance(c, Opaque):
-            visible(c.cond, c.shown)
-        else:
-            ranged.append(c)
+        visible(*((c.cond, c.shown) if isinstance(c, Opaque) else (c, True)))
     for b in biases:
         t = term_of(b, I.A)
         data.append(DataMask(t.node, t.dims, t.dtype, None))
@@ -239,7 +244,7 @@ def _attach_mask(I, form: IndexerForm, conds, fills, additive, biases):
     if not conds and not biases:
         return
     A = I.A
-    conds, data = _data_masks(I, conds, biases)
+    conds, data = _data_masks(I, conds, biases, form.keys)
     bad = [f for f in fills if not is_minus_inf_like(f, form.out_dtype)]
     if bad:
         raise Reject(f"mask fill value {bad[0]} is not -inf or finfo({dtype_name(form.out_dtype)}).min")
@@ -273,12 +278,8 @@ def _attach_mask(I, form: IndexerForm, conds, fills, additive, biases):
     for _, node, dims in leaves:
         dmask |= {x for d in dims for x in A.flat_dim(d)}
     dmask = {A.find(a) for a in dmask}
-    rows, keys = set(form.rows), set(form.keys)
-    if not dmask <= rows | keys:
+    if not dmask <= set(form.rows) | set(form.keys):
         raise Reject("the mask depends on an index that is neither a row nor the key index")
-    for _, node, dims in leaves:
-        if {x for d in dims for x in A.flat_dim(d)} & keys:
-            raise Reject("the mask reads a tensor indexed by the key index")
     if len(form.keys) == 1:
         col = A.symbol(form.keys[0])
     else:

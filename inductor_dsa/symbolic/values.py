@@ -91,8 +91,9 @@ class AllReduce(Value):
 class Index(Value):
     """An integer or boolean tensor known as a sympy expression of atom symbols.
 
-    ``expr`` is None for an opaque boolean (a mask we cannot read); ``logic`` then says how it was
-    built from other booleans, when it was: ("not", x) | ("and", a, b) | ("or", a, b).
+    ``expr`` is None for an opaque boolean (a mask we cannot read). ``logic`` says how a boolean was
+    built from others (each with its own ``origin`` tensor), where that is known: ("not", x) |
+    ("and", a, b) | ("or", a, b); the patterns use it to pass opaque parts of a mask as data.
     """
     expr: Optional[sympy.Basic]
     is_bool: bool = False
