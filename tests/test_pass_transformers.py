@@ -109,3 +109,21 @@ def test_v32_glm_indexer_data_mask_swaps_and_matches_the_oracle(name, additive):
     assert "mask    data [1, r0, j0]" in swap.region, swap.region
     _, (logits64,) = oracle(_bool_mask_input, args + (mask,))
     check_topk(out, logits64, cfg.index_topk)
+
+
+@pytest.mark.parametrize("additive", [False, "inf"])
+def test_v32_indexer_batched_data_mask(additive):
+    """Batch 2 (a per-batch key: one op call per batch), each request with its own mask [B, S, S]."""
+    s = 13
+    cfg, (m, *_) = _dsa_args("deepseek_v32", s=s)
+    hidden, q_resid = torch.randn(2, s, cfg.hidden_size), torch.randn(2, s, cfg.q_lora_rank)
+    pos = torch.arange(s)[None].expand(2, s)
+    cos, sin = DeepseekV32RotaryEmbedding(cfg)(hidden, pos)
+    mask = torch.cat([_causal_padding_mask(s, seed, additive) for seed in (1, 2)])
+    args = (m, hidden, q_resid, cos, sin, pos, mask)
+    out, counts = compile_run(_bool_mask_input, args)
+    assert counts == {"indexer_topk": 1}, counts
+    (swap,) = lowering.report().swaps
+    assert "mask    data [b0, r0, j0]" in swap.region and "one call per batch" in swap.region, swap.region
+    _, (logits64,) = oracle(_bool_mask_input, args)
+    check_topk(out, logits64, cfg.index_topk)

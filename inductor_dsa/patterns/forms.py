@@ -63,7 +63,6 @@ class Opaque:
     cond: Index
     shown: bool
     expr = None
-    leaves = ()
 
 
 def visible_where(c: Index):
@@ -87,6 +86,7 @@ def mask_term(m: Value):
 
 
 def negate(c):
+    """not ``c`` (an ``Opaque`` flips the value that shows; a readable one remembers ``c``)."""
     if isinstance(c, Opaque):
         return Opaque(c.cond, not c.shown)
     if c.expr is None:

@@ -317,7 +317,8 @@ def render(form: IndexerForm, A, op: str, topk=None) -> str:
              f"head_dim {atoms(form.contract)} keys {atoms(form.keys)}",
              f"  q       {dims(form.q.dims)} {dt(form.q.dtype)} -> [rows, heads, head_dim]",
              f"  k       {dims(form.k.dims)} {dt(form.k.dtype)} -> "
-             + ("[batch*keys, head_dim], ranges offset by batch*keys" if form.batch else "[keys, head_dim]"),
+             + ("[keys, head_dim]" if not form.batch else "[batch, keys, head_dim], one call per batch"
+                if form.data else "[batch*keys, head_dim], ranges offset by batch*keys"),
              "  weights " + (" * ".join(dims(w.dims) for w in form.weights) or "1")
              + (f" * {form.scale:.6g}" if form.scale != 1.0 else "") + " -> [rows, heads]"]
     if form.collective is not None:
