@@ -167,6 +167,24 @@ def decode_fp8(q, kv_cache, weights, block_table, context_lens, topk=8):
     return _score_topk(q, dequant_fp8_pages(kv_cache, block_table, q.shape[-1]), weights, context_lens, topk)
 
 
+def _int64_inputs(lens=(5, 2 ** 32 + 7, 100), negative_page=False):
+    """int64 block table and context lengths (one length past 2^31: every row visible in eager);
+    ``negative_page``: request 0's first page id written as id - num_pages (eager wraps it)."""
+    def make(dtype, seed):
+        q, c, w, t, _ = make_decode_inputs()(dtype, seed)
+        t = t.long()
+        if negative_page:
+            t[0, 0] -= c.shape[0]
+        return q, c, w, t, torch.tensor(lens, dtype=torch.int64)
+    return make
+
+
+def decode_lens_int32(q, kv_cache, weights, block_table, context_lens, topk=8):
+    """int64 lengths narrowed by the user (``.int()`` wraps past 2^31): the mask is j < that."""
+    k = dequant_mxfp4_pages(kv_cache, block_table, q.shape[-1])
+    return _score_topk(q, k, weights, context_lens.int(), topk)
+
+
 PAGED_CASES = [
     Case("paged_mxfp4_lut_reference", paged_indexer_decode, make_decode_inputs(), {"paged_indexer_topk": 1},
          outputs="both"),
@@ -180,6 +198,13 @@ PAGED_CASES = [
          lambda dt, s: (lambda q, c, w, t, l: (q, c.view(c.shape[0], PAGE, 1, -1), w, t.long(), l))(
              *make_decode_inputs()(dt, s)), {"paged_indexer_topk": 1}, post=True),
     Case("paged_fp8_rows", decode_fp8, make_decode_inputs("fp8"), {"paged_indexer_topk": 1}, outputs="both"),
+    Case("paged_int64_table_lens", paged_indexer_decode, _int64_inputs(), {"paged_indexer_topk": 1},
+         outputs="both", notes="cast to int32 in the replacement, lengths clamped first"),
+    Case("paged_int64_negative_page", paged_indexer_decode, _int64_inputs((150, 7, 100), negative_page=True),
+         {"paged_indexer_topk": 1}, outputs="both", notes="a page id < 0 inside the context"),
+    Case("paged_int64_lens_narrowed", decode_lens_int32, _int64_inputs((2 ** 32 + 70, 192, 2 ** 32 + 100)),
+         {"paged_indexer_topk": 1}, outputs="both", extra={"lens": torch.Tensor.int},
+         notes="the user's .int() wraps 2^32 + 70 to 70"),
 ]
 
 
@@ -253,6 +278,22 @@ def nm_mtp_causal(q, kv_cache, weights, block_table, context_lens):
     return logits.masked_fill(torch.arange(k.shape[1]) >= end, float("-inf")).topk(8)
 
 
+def nm_lens_plus_one(q, kv_cache, weights, block_table, context_lens):
+    k = dequant_mxfp4_pages(kv_cache, block_table, q.shape[-1])
+    return _score_topk(q, k, weights, context_lens + 1, 8)
+
+
+def nm_lens_of_first(q, kv_cache, weights, block_table, context_lens):
+    """Every request masked by request 0's length."""
+    k = dequant_mxfp4_pages(kv_cache, block_table, q.shape[-1])
+    return _score_topk(q, k, weights, context_lens[:1].expand(q.shape[0]), 8)
+
+
+def nm_lens_halved(q, kv_cache, weights, block_table, context_lens):
+    k = dequant_mxfp4_pages(kv_cache, block_table, q.shape[-1])
+    return _score_topk(q, k, weights, context_lens.int() // 2, 8)
+
+
 class LutBuffer(nn.Module):
     """The table is a module buffer: an input of the graph, its values unknown when compiling."""
 
@@ -286,6 +327,12 @@ PAGED_NEAR_MISSES = [
     Case("paged_weights_before_relu", nm_weights_before_relu, make_decode_inputs(), {}, reject="before relu"),
     Case("paged_largest_false", nm_smallest, make_decode_inputs(), {}, reject="largest=False"),
     Case("paged_mtp_causal_offset", nm_mtp_causal, make_decode_inputs(n=2), {}, reject="not context_lens[b]"),
+    Case("paged_int64_lens_plus_one", nm_lens_plus_one, _int64_inputs((5, 150, 100)), {},
+         reject="not context_lens[b]"),
+    Case("paged_int64_lens_of_first", nm_lens_of_first, _int64_inputs((5, 150, 100)), {},
+         reject="not a 1-D context_lens indexed by the request"),
+    Case("paged_int64_lens_halved", nm_lens_halved, _int64_inputs((5, 150, 2 ** 32 + 9)), {},
+         reject="not context_lens[b]"),
     Case("paged_lut_module_buffer", lambda *a: _LUT_MODULE(*a), make_decode_inputs(), {},
          reject="not decoded elementwise"),
 ]

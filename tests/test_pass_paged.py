@@ -18,8 +18,12 @@ FMT = {"paged_fp8_rows": "fp8"}
 
 
 def _oracle(case, args):
+    """The op's oracle on eager's view of the inputs: a negative page id wraps (``cache[table]``),
+    a length is clamped to the keys before it narrows to int32 (unless the case narrows it itself)."""
     q, cache, w, table, lens = args
-    return reference.paged_indexer_logits(q, cache.reshape(cache.shape[0], -1), w, table.int(), lens.int(),
+    table = torch.where(table < 0, table + cache.shape[0], table).int()
+    lens = case.extra.get("lens", lambda x: x.clamp(0, 64 * table.shape[1]).int())(lens)
+    return reference.paged_indexer_logits(q, cache.reshape(cache.shape[0], -1), w, table, lens,
                                           FMT.get(case.name, "mxfp4"))
 
 
