@@ -80,15 +80,30 @@ def query_tile(q, qx, w, t0, T, H, sq_t, sq_h, sq_d, sqx_t, sqx_h, sw_t, sw_h,
 
 
 @triton.jit
+def _dot(kt, qT, acc, DOT_DTYPE: tl.constexpr):
+    """kt @ qT (+ acc), fp32 accumulation."""
+    if DOT_DTYPE == tl.float32:
+        out = tl.dot(kt, qT, acc, input_precision="ieee")
+    else:
+        out = tl.dot(kt, qT, acc)
+    return out
+
+
+@triton.jit
 def score_rows(qT, wv, kt, row_scale, BT: tl.constexpr, HP: tl.constexpr, BN: tl.constexpr,
-                DOT_DTYPE: tl.constexpr):
+                DOT_DTYPE: tl.constexpr, qT_mid=None, qT_lo=None):
     """logits^T [BN, BT] fp32 of a decoded key tile ``kt`` [BN, D] (already in the dot dtype):
     sum over each token's HP columns of relu(kt @ qT * row_scale) * w. ``row_scale`` (fp32 [BN],
-    FP8 keys) multiplies before the relu; None means 1."""
-    if DOT_DTYPE == tl.float32:
-        acc = tl.dot(kt, qT, input_precision="ieee")
+    FP8 keys) multiplies before the relu; None means 1. ``qT_mid`` / ``qT_lo``: the lower parts
+    of a query split into bf16 terms (paged ``split_query``): kt @ (qT + qT_mid + qT_lo), smallest
+    part first, one fp32 accumulator."""
+    if qT_lo is not None:
+        acc = _dot(kt, qT_lo, None, DOT_DTYPE)
+        if qT_mid is not None:
+            acc = _dot(kt, qT_mid, acc, DOT_DTYPE)
+        acc = _dot(kt, qT, acc, DOT_DTYPE)
     else:
-        acc = tl.dot(kt, qT)
+        acc = _dot(kt, qT, None, DOT_DTYPE)
     if row_scale is not None:
         acc = acc * row_scale[:, None]
     # relu as eager computes it: NaN stays NaN (the default max would map it to 0 on GPUs, not here)
