@@ -330,9 +330,11 @@ def paged_cache(kv_cache, block_table, context_lens, fmt, fp8_flavor, head_dim_:
 def paged(q, q_scale, kv_cache, weights, block_table, context_lens, fmt, fp8_flavor) -> dict:
     """Validate the paged indexer operands; returns B, N, H, D, max_pages, num_pages, q_fmt."""
     q, weights = tensor(q, "q"), tensor(weights, "weights")
+    if q_scale is None and q.dtype not in FLOAT_DTYPES:
+        raise TypeError(f"q must be bf16/fp16/fp32 [B, N, H, D] or an MXFP4 pair, got {q.dtype}")
     qf, d = operand_dim(q, q_scale, "q", 3)
-    if qf == "fp8" or (qf == "tensor" and q.dtype != torch.bfloat16):
-        raise TypeError(f"q must be bf16 [B, N, H, D] or an MXFP4 pair, got {q.dtype}")
+    if qf == "fp8":
+        raise TypeError("q must be an MXFP4 pair or bf16/fp16/fp32 [B, N, H, D], got an FP8 pair")
     head_dim(d, "q")
     if fmt == "mxfp4" and d < MXFP4_BLOCK:
         raise ValueError(f"q: head_dim must be >= {MXFP4_BLOCK} for fmt='mxfp4', got {d}")

@@ -13,7 +13,8 @@ Row j of request b is cache row ``j % 64`` of page ``block_table[b, j // 64]``; 
 j < context_lens[b] are visible to all N query tokens of request b (N = 1 plus MTP drafts).
 
 Arguments
-    q             bf16 [B, N, H, D], or an MXFP4 pair (uint8 [B, N, H, D/2], uint8 [B, N, H, D/32])
+    q             bf16 / fp16 / fp32 [B, N, H, D] (fp16 / fp32: fp32-accurate products, as 2 / 3 bf16 dots),
+                  or an MXFP4 pair (uint8 [B, N, H, D/2], uint8 [B, N, H, D/32])
     kv_cache      uint8 [num_pages, 64 * row_bytes], pages contiguous
     weights       bf16 / fp16 / fp32 [B, N, H] (signed)
     block_table   int32 [B, max_pages]

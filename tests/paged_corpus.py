@@ -89,24 +89,25 @@ def make_paged_cache(gen, fmt, bsz, n_pages, head_dim, flavor="fn"):
     return cache, table
 
 
-def make_decode_inputs(fmt="mxfp4", bsz=3, n=1, heads=4, head_dim=64, n_pages=3, lens=(5, 192, 100)):
+def make_decode_inputs(fmt="mxfp4", bsz=3, n=1, heads=4, head_dim=64, n_pages=3, lens=(5, 192, 100),
+                       q_dtype=torch.bfloat16):
     def make(dtype, seed):
         g = torch.Generator().manual_seed(seed)
         cache, table = make_paged_cache(g, fmt, bsz, n_pages, head_dim)
-        q = torch.randn(bsz, n, heads, head_dim, generator=g).to(torch.bfloat16)
+        q = torch.randn(bsz, n, heads, head_dim, generator=g, dtype=torch.float64).to(q_dtype)
         w = torch.randn(bsz, n, heads, generator=g)
         return q, cache, w, table, torch.tensor(lens[:bsz], dtype=torch.int32)
     return make
 
 
-def make_module(bsz=3, n=1, dim=48, n_pages=3, lens=(5, 192, 100)):
-    def make(dtype, seed):
+def make_module(bsz=3, n=1, dim=48, n_pages=3, lens=(5, 192, 100), dtype=torch.bfloat16):
+    def make(_, seed):
         torch.manual_seed(seed)
-        m = PagedIndexer(dim=dim).to(torch.bfloat16)
+        m = PagedIndexer(dim=dim).to(dtype)
         g = torch.Generator().manual_seed(seed + 1)
         cache, table = make_paged_cache(g, "mxfp4", bsz, n_pages, m.head_dim)
-        x = torch.randn(bsz, n, dim, generator=g).to(torch.bfloat16)
-        qr = torch.randn(bsz, n, dim, generator=g).to(torch.bfloat16)
+        x = torch.randn(bsz, n, dim, generator=g).to(dtype)
+        qr = torch.randn(bsz, n, dim, generator=g).to(dtype)
         return m, (x, qr, cache, table, torch.tensor(lens[:bsz], dtype=torch.int32))
     return make
 
@@ -167,6 +168,24 @@ def decode_fp8(q, kv_cache, weights, block_table, context_lens, topk=8):
     return _score_topk(q, dequant_fp8_pages(kv_cache, block_table, q.shape[-1]), weights, context_lens, topk)
 
 
+def _int64_inputs(lens=(5, 2 ** 32 + 7, 100), negative_page=False):
+    """int64 block table and context lengths (one length past 2^31: every row visible in eager);
+    ``negative_page``: request 0's first page id written as id - num_pages (eager wraps it)."""
+    def make(dtype, seed):
+        q, c, w, t, _ = make_decode_inputs()(dtype, seed)
+        t = t.long()
+        if negative_page:
+            t[0, 0] -= c.shape[0]
+        return q, c, w, t, torch.tensor(lens, dtype=torch.int64)
+    return make
+
+
+def decode_lens_int32(q, kv_cache, weights, block_table, context_lens, topk=8):
+    """int64 lengths narrowed by the user (``.int()`` wraps past 2^31): the mask is j < that."""
+    k = dequant_mxfp4_pages(kv_cache, block_table, q.shape[-1])
+    return _score_topk(q, k, weights, context_lens.int(), topk)
+
+
 PAGED_CASES = [
     Case("paged_mxfp4_lut_reference", paged_indexer_decode, make_decode_inputs(), {"paged_indexer_topk": 1},
          outputs="both"),
@@ -180,6 +199,21 @@ PAGED_CASES = [
          lambda dt, s: (lambda q, c, w, t, l: (q, c.view(c.shape[0], PAGE, 1, -1), w, t.long(), l))(
              *make_decode_inputs()(dt, s)), {"paged_indexer_topk": 1}, post=True),
     Case("paged_fp8_rows", decode_fp8, make_decode_inputs("fp8"), {"paged_indexer_topk": 1}, outputs="both"),
+    Case("paged_mxfp4_fp32_q", paged_indexer_decode, make_decode_inputs(q_dtype=torch.float32),
+         {"paged_indexer_topk": 1}, outputs="both", notes="fp32 q: three bf16 parts in the kernel"),
+    Case("paged_fp8_fp16_q_mtp2", decode_fp8, make_decode_inputs("fp8", n=2, q_dtype=torch.float16),
+         {"paged_indexer_topk": 1}, outputs="both", notes="fp16 q (q.float() peeled to fp16): two bf16 parts"),
+    Case("paged_mxfp4_arith_fp32_q_logits", decode_arith_logits, make_decode_inputs(q_dtype=torch.float32),
+         {"paged_indexer_logits": 1}, kind="logits", notes="k.to(q.dtype) is fp32: exact"),
+    Case("paged_official_module_fp32", module_call, make_module(dtype=torch.float32), {"paged_indexer_topk": 1},
+         post=True),
+    Case("paged_int64_table_lens", paged_indexer_decode, _int64_inputs(), {"paged_indexer_topk": 1},
+         outputs="both", notes="cast to int32 in the replacement, lengths clamped first"),
+    Case("paged_int64_negative_page", paged_indexer_decode, _int64_inputs((150, 7, 100), negative_page=True),
+         {"paged_indexer_topk": 1}, outputs="both", notes="a page id < 0 inside the context"),
+    Case("paged_int64_lens_narrowed", decode_lens_int32, _int64_inputs((2 ** 32 + 70, 192, 2 ** 32 + 100)),
+         {"paged_indexer_topk": 1}, outputs="both", extra={"lens": torch.Tensor.int},
+         notes="the user's .int() wraps 2^32 + 70 to 70"),
 ]
 
 
@@ -253,6 +287,31 @@ def nm_mtp_causal(q, kv_cache, weights, block_table, context_lens):
     return logits.masked_fill(torch.arange(k.shape[1]) >= end, float("-inf")).topk(8)
 
 
+def nm_lens_plus_one(q, kv_cache, weights, block_table, context_lens):
+    k = dequant_mxfp4_pages(kv_cache, block_table, q.shape[-1])
+    return _score_topk(q, k, weights, context_lens + 1, 8)
+
+
+def nm_lens_of_first(q, kv_cache, weights, block_table, context_lens):
+    """Every request masked by request 0's length."""
+    k = dequant_mxfp4_pages(kv_cache, block_table, q.shape[-1])
+    return _score_topk(q, k, weights, context_lens[:1].expand(q.shape[0]), 8)
+
+
+def nm_lens_halved(q, kv_cache, weights, block_table, context_lens):
+    k = dequant_mxfp4_pages(kv_cache, block_table, q.shape[-1])
+    return _score_topk(q, k, weights, context_lens.int() // 2, 8)
+
+
+def nm_fp64_scores(q, kv_cache, weights, block_table, context_lens):
+    """q and keys in float64: the kernels take bf16 / fp16 / fp32 q."""
+    k = dequant_mxfp4_pages(kv_cache, block_table, q.shape[-1]).double()
+    scores = torch.einsum("bnhd,bld->bnhl", q, k)
+    logits = (scores.relu() * weights.double().unsqueeze(-1)).sum(2)
+    pos = torch.arange(k.shape[1])
+    return logits.masked_fill(pos >= context_lens.view(-1, 1, 1), float("-inf")).topk(8)
+
+
 class LutBuffer(nn.Module):
     """The table is a module buffer: an input of the graph, its values unknown when compiling."""
 
@@ -286,6 +345,16 @@ PAGED_NEAR_MISSES = [
     Case("paged_weights_before_relu", nm_weights_before_relu, make_decode_inputs(), {}, reject="before relu"),
     Case("paged_largest_false", nm_smallest, make_decode_inputs(), {}, reject="largest=False"),
     Case("paged_mtp_causal_offset", nm_mtp_causal, make_decode_inputs(n=2), {}, reject="not context_lens[b]"),
+    Case("paged_int64_lens_plus_one", nm_lens_plus_one, _int64_inputs((5, 150, 100)), {},
+         reject="not context_lens[b]"),
+    Case("paged_int64_lens_of_first", nm_lens_of_first, _int64_inputs((5, 150, 100)), {},
+         reject="not a 1-D context_lens indexed by the request"),
+    Case("paged_int64_lens_halved", nm_lens_halved, _int64_inputs((5, 150, 2 ** 32 + 9)), {},
+         reject="not context_lens[b]"),
+    Case("paged_official_module_fp16", module_call, make_module(dtype=torch.float16), {},
+         reject="rounds MXFP4 values", notes="k.to(q.dtype) in fp16: 6 * 2^(s - 127) overflows or flushes"),
+    Case("paged_fp64_q", nm_fp64_scores, make_decode_inputs(q_dtype=torch.float64), {},
+         reject="are not one of bf16/fp16/fp32"),
     Case("paged_lut_module_buffer", lambda *a: _LUT_MODULE(*a), make_decode_inputs(), {},
          reject="not decoded elementwise"),
 ]

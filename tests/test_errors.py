@@ -164,8 +164,8 @@ PAGED_BAD = [
     (_set(4, lambda c: c[:1]), ValueError, "context_lens", "shape"),
     (_set(4, lambda c: c.view(2, 1)), ValueError, "context_lens", "shape"),
     (_set(4, lambda c: c.to("meta")), ValueError, "context_lens", "on meta"),
-    (_set(0, lambda q: q.half()), TypeError, "q", "bf16"),
-    (_set(0, lambda q: q.float().to(torch.float8_e4m3fn)), TypeError, "q", "bf16"),
+    (_set(0, lambda q: q.double()), TypeError, "q", "bf16/fp16/fp32"),
+    (_set(0, lambda q: q.float().to(torch.float8_e4m3fn)), TypeError, "q", "bf16/fp16/fp32"),
     (_set(0, lambda q: q[0]), ValueError, "q", r"\[\*, \*, \*, D\]"),
     (_set(0, lambda q: q[..., :24]), ValueError, "q", "power of two"),
     (_set(0, lambda q: q.repeat(1, 1, 1, 2)), ValueError, "kv_cache", "head_dim 64"),      # q D 64 vs 17 B rows

@@ -7,10 +7,13 @@ Run: TRITON_INTERPRET=1 python -m pytest tests/test_paged_indexer.py -q
 """
 import pytest
 import torch
+import triton
+import triton.language as tl
 
 import inductor_dsa as idsa
 from inductor_dsa import checks, formats, reference
 from inductor_dsa.kernels import configs, paged_launch
+from inductor_dsa.kernels.paged_indexer import split_query
 from conftest import DEVICE, misaligned_copy
 from paged_cases import (SPLITS, assert_paged_topk, fp8_flavor_for, make_case, paged_oracle, run_paged_topk,
                          to_device)
@@ -80,6 +83,73 @@ def test_topk_mxfp4_query(fmt, split, gen):
     case = make_case(gen, fmt=fmt, q_mxfp4=True, ctx=[3, 100, 170])
     vals, idx = run_paged_topk(case, 20, fmt, "fn")
     assert_paged_topk(vals, idx, paged_oracle(case, fmt, "fn"), 20)
+
+
+def _full_precision_q(case, dtype, gen):
+    """``case`` with a fresh q of ``dtype`` using its whole significand (not bf16-exact: a q rounded
+    to bf16 misses the 1e-5 tolerance), a wide exponent spread, an inf (request 3, token 0, head 0)
+    and a NaN (request 3, token 1, head 1)."""
+    q = case[0]
+    x = torch.randn(q.shape, generator=gen, dtype=torch.float64) * torch.exp2(
+        torch.randint(-6, 7, q.shape[:-1] + (1,), generator=gen).double())
+    x = x.to(dtype)
+    x[3, 0, 0, 5], x[3, 1, 1, 2] = float("inf"), float("nan")
+    assert not torch.equal(x.bfloat16().to(dtype), x)
+    return (x,) + case[1:]
+
+
+@triton.jit
+def _split_kernel(x, parts, Q_PARTS: tl.constexpr, BLOCK: tl.constexpr):
+    """parts[i] = split_query(x)[i] (fp32), mid 0 when Q_PARTS == 2."""
+    o = tl.arange(0, BLOCK)
+    hi, mid, lo = split_query(tl.load(x + o), Q_PARTS, tl.float32)
+    tl.store(parts + o, hi)
+    if mid is not None:
+        tl.store(parts + BLOCK + o, mid)
+    tl.store(parts + 2 * BLOCK + o, lo)
+
+
+@pytest.mark.parametrize("q_dtype", [torch.float32, torch.float16], ids=["fp32", "fp16"])
+def test_split_query_parts_are_exact(q_dtype, gen):
+    """hi + mid + lo == q exactly (fp64 sum), each part bf16-exact; inf keeps parts 0, NaN stays NaN."""
+    info = torch.finfo(q_dtype)
+    x = torch.randn(1024, generator=gen, dtype=torch.float64) * torch.exp2(torch.randint(-30, 31, (1024,), generator=gen))
+    edge = [info.max, -info.max, info.tiny, info.eps, 1 + info.eps, -(2 - info.eps), 0.0, -0.0,
+            float("inf"), float("-inf"), float("nan")]
+    x = torch.cat([torch.tensor(edge, dtype=torch.float64), x])[:1024].to(q_dtype)
+    parts = torch.zeros(3, 1024, dtype=torch.float32, device=DEVICE)
+    _split_kernel[(1,)](x.float().to(DEVICE), parts, Q_PARTS=paged_launch.Q_PARTS[q_dtype], BLOCK=1024)
+    parts = parts.cpu()
+    num = ~parts.isnan()
+    assert torch.equal(parts[num].bfloat16().float(), parts[num])
+    fin = torch.isfinite(x)
+    assert torch.equal(parts.double().sum(0)[fin], x.double()[fin])
+    assert torch.equal(parts[0][~fin].isinf(), x[~fin].isinf()) and (parts[1:, x.isinf()] == 0).all()
+    assert parts[:, x.isnan()].isnan().any(0).all()
+
+
+@pytest.mark.parametrize("split", ["nosplit", "split64"], indirect=True)
+@pytest.mark.parametrize("fmt,flavor", [("mxfp4", "fn"), ("fp8", "fn"), ("fp8", "fnuz")])
+@pytest.mark.parametrize("q_dtype", [torch.float32, torch.float16], ids=["fp32", "fp16"])
+def test_topk_fp32_fp16_query(q_dtype, fmt, flavor, split, gen):
+    """fp32 / fp16 q: fp32-accurate products (bf16 parts of q, exact bf16 keys), odd contexts."""
+    case = _full_precision_q(make_case(gen, fmt=fmt, flavor=flavor, ctx=[0, 37, 129, 191]), q_dtype, gen)
+    vals, idx = run_paged_topk(case, 24, fmt, flavor)
+    ref = paged_oracle(case, fmt, flavor)
+    assert ref[3, 1, :191].isnan().all() and ref[3, 0, :191].isinf().any()  # NaN poisons its token's row
+    assert_paged_topk(vals, idx, ref, 24)
+
+
+@pytest.mark.parametrize("q_dtype", [torch.float32, torch.float16], ids=["fp32", "fp16"])
+@pytest.mark.parametrize("fmt,flavor", [("mxfp4", "fn"), ("fp8", "fnuz")])
+def test_logits_fp32_fp16_query(q_dtype, fmt, flavor, gen):
+    case = _full_precision_q(make_case(gen, fmt=fmt, flavor=flavor, n=3, h=5, ctx=[1, 64, 77, 150]), q_dtype, gen)
+    out = idsa.paged_indexer_logits(*to_device(case), fmt=fmt, fp8_flavor=flavor).cpu()
+    ref = paged_oracle(case, fmt, flavor)
+    assert torch.equal(out.isnan(), ref.isnan()) and torch.equal(out.isneginf(), ref.isneginf())
+    assert torch.equal(out.isposinf(), ref.isposinf())
+    fin = torch.isfinite(ref)
+    assert (out.double() - ref)[fin].abs().max() <= 1e-5 * ref[fin].abs().max()
 
 
 @pytest.mark.parametrize("split", ["nosplit", "split64"], indirect=True)
@@ -204,7 +274,8 @@ def _ok_args():
 
 @pytest.mark.parametrize("mutate,exc,match", [
     (lambda q, c, w, bt, cl: (q[0], c, w, bt, cl), ValueError, "q must be"),
-    (lambda q, c, w, bt, cl: (q.half(), c, w, bt, cl), TypeError, "q must be bf16"),
+    (lambda q, c, w, bt, cl: (q.to(torch.float8_e4m3fn), c, w, bt, cl), TypeError, "q must be bf16/fp16/fp32"),
+    (lambda q, c, w, bt, cl: (q.double(), c, w, bt, cl), TypeError, "q must be bf16/fp16/fp32"),
     (lambda q, c, w, bt, cl: (q[..., :16], c, w, bt, cl), ValueError, "head_dim"),
     (lambda q, c, w, bt, cl: (q[..., :24], c, w, bt, cl), ValueError, "power of two"),
     (lambda q, c, w, bt, cl: ("q", c, w, bt, cl), TypeError, "q must be a torch.Tensor"),

@@ -14,13 +14,16 @@ from paged_corpus import (PAGED_CASES, PAGED_NEAR_MISSES, make_decode_inputs, mo
 from pass_helpers import (SnapshotPass, case_args, check_case, check_logits, check_topk, compile_run,
                           default_dtype, first_tensor_outputs, pass_only_backend)
 
-FMT = {"paged_fp8_rows": "fp8"}
 
 
 def _oracle(case, args):
+    """The op's oracle on eager's view of the inputs: a negative page id wraps (``cache[table]``),
+    a length is clamped to the keys before it narrows to int32 (unless the case narrows it itself)."""
     q, cache, w, table, lens = args
-    return reference.paged_indexer_logits(q, cache.reshape(cache.shape[0], -1), w, table.int(), lens.int(),
-                                          FMT.get(case.name, "mxfp4"))
+    table = torch.where(table < 0, table + cache.shape[0], table).int()
+    lens = case.extra.get("lens", lambda x: x.clamp(0, 64 * table.shape[1]).int())(lens)
+    return reference.paged_indexer_logits(q, cache.reshape(cache.shape[0], -1), w, table, lens,
+                                          "fp8" if "fp8" in case.name else "mxfp4")
 
 
 def _check(case, args, out, eager):

@@ -73,17 +73,18 @@ def _page_rows(page, j0, jend, num_pages, stride_page, BLOCK_N: tl.constexpr):
 
 
 @triton.jit
-def _paged_block(qT, wv, kv_cache, page, j0, jend, num_pages, stride_page,
+def _paged_block(qT, qT_mid, qT_lo, wv, kv_cache, page, j0, jend, num_pages, stride_page,
                  K_FMT: tl.constexpr, FNUZ: tl.constexpr, FP8_DTYPE: tl.constexpr,
                  BLOCK_T: tl.constexpr, BLOCK_H: tl.constexpr, BLOCK_N: tl.constexpr, D: tl.constexpr,
                  DOT_DTYPE: tl.constexpr, DEC_DTYPE: tl.constexpr, ALIGNED: tl.constexpr):
     """logits^T [BLOCK_N, BLOCK_T] of request-local rows j0 .. j0+BLOCK_N-1, all in one page
-    (rows >= jend score 0), for the query tile qT and head weights wv of ``_request_queries``."""
+    (rows >= jend score 0), for the query tile (qT, qT_mid, qT_lo) and head weights wv of
+    ``_request_queries``."""
     ok, base, r = _page_rows(page, j0, jend, num_pages, stride_page, BLOCK_N)
     if K_FMT == FMT_MXFP4:
         kt = mxfp4_rows_mma(kv_cache, kv_cache, base + r * (D // 2), base + PAGE * (D // 2) + r * (D // 32), ok,
                             BLOCK_N, D, DEC_DTYPE, ALIGNED, DOT_DTYPE)
-        blk = score_rows(qT, wv, kt, None, BLOCK_T, BLOCK_H, BLOCK_N, DOT_DTYPE)
+        blk = score_rows(qT, wv, kt, None, BLOCK_T, BLOCK_H, BLOCK_N, DOT_DTYPE, qT_mid, qT_lo)
     else:
         x = tl.load(kv_cache + (base + r * D)[:, None] + tl.arange(0, D)[None, :], mask=ok[:, None], other=0)
         if K_FMT == FMT_FP8_NATIVE:
@@ -93,24 +94,55 @@ def _paged_block(qT, wv, kv_cache, page, j0, jend, num_pages, stride_page,
         sb = tl.arange(0, 4)
         sbytes = tl.load(kv_cache + (base + PAGE * D + r * 4)[:, None] + sb[None, :], mask=ok[:, None], other=0)
         bits = tl.sum(sbytes.to(tl.int32) << (8 * sb)[None, :], axis=1)  # little-endian fp32, any alignment
-        blk = score_rows(qT, wv, kt, bits.to(tl.float32, bitcast=True), BLOCK_T, BLOCK_H, BLOCK_N, DOT_DTYPE)
+        blk = score_rows(qT, wv, kt, bits.to(tl.float32, bitcast=True), BLOCK_T, BLOCK_H, BLOCK_N, DOT_DTYPE,
+                         qT_mid, qT_lo)
     return blk
+
+
+@triton.jit
+def _bf16_head(x):
+    """x (fp32) with its low 16 bits cleared: a bf16 value, exact, never rounded up to inf."""
+    return (x.to(tl.uint32, bitcast=True) & 0xFFFF0000).to(tl.float32, bitcast=True)
+
+
+@triton.jit
+def split_query(x, Q_PARTS: tl.constexpr, DOT_DTYPE: tl.constexpr):
+    """fp32 x (an fp16 or fp32 query) as bf16-exact parts in the dot dtype, x = hi + mid + lo
+    exactly: hi = x's top 8 significant bits, mid the next 8 (Q_PARTS == 3, fp32), lo the rest
+    (at most 8 bits for fp32, 3 for fp16). The keys are bf16-exact, so every part's products are
+    exact and the dots accumulate an fp32-accurate q . k. An inf keeps its parts 0 (no inf - inf);
+    a NaN's parts are NaN or inf, so its scores stay NaN. Returns (hi, mid or None, lo)."""
+    hi = _bf16_head(x)
+    r = tl.where(x == hi, 0.0, x - hi)
+    if Q_PARTS == 3:
+        m = _bf16_head(r)
+        mid, lo = m.to(tl.bfloat16).to(DOT_DTYPE), (r - m).to(tl.bfloat16).to(DOT_DTYPE)
+    else:
+        mid, lo = None, r.to(tl.bfloat16).to(DOT_DTYPE)
+    return hi.to(tl.bfloat16).to(DOT_DTYPE), mid, lo
 
 
 @triton.jit
 def _request_queries(q, q_scale, weights, t0, T, H: tl.constexpr, Q_FMT: tl.constexpr, K_FMT: tl.constexpr,
                      FNUZ: tl.constexpr, BLOCK_T: tl.constexpr, BLOCK_H: tl.constexpr, D: tl.constexpr,
-                     DOT_DTYPE: tl.constexpr):
+                     DOT_DTYPE: tl.constexpr, Q_PARTS: tl.constexpr):
     """``query_tile`` for contiguous q [B*N, H, D] (MXFP4: codes [.., D/2], scales [.., D/32])
     and weights [B*N, H]: fewer runtime strides, fewer scalar registers. With MXFP4 keys, Q^T's
-    rows are in the keys' ``mma_k_cols`` order."""
+    rows are in the keys' ``mma_k_cols`` order. Returns (qT, qT_mid, qT_lo, wv): an fp16 / fp32
+    q (Q_PARTS 2 / 3) is loaded in fp32 and split by ``split_query``; otherwise the parts are None."""
     if Q_FMT == FMT_MXFP4:
         qT, wv = query_tile(q, q_scale, weights, t0, T, H, H * (D // 2), D // 2, 1, H * (D // 32), D // 32, H, 1,
                              Q_FMT, FNUZ, BLOCK_T, BLOCK_H, D, DOT_DTYPE, K_FMT == FMT_MXFP4)
-    else:
+        qT_mid, qT_lo = None, None
+    elif Q_PARTS == 1:
         qT, wv = query_tile(q, q_scale, weights, t0, T, H, H * D, D, 1, 0, 0, H, 1, Q_FMT, FNUZ, BLOCK_T, BLOCK_H,
                              D, DOT_DTYPE, K_FMT == FMT_MXFP4)
-    return qT, wv
+        qT_mid, qT_lo = None, None
+    else:
+        q32, wv = query_tile(q, q_scale, weights, t0, T, H, H * D, D, 1, 0, 0, H, 1, Q_FMT, FNUZ, BLOCK_T, BLOCK_H,
+                              D, tl.float32, K_FMT == FMT_MXFP4)
+        qT, qT_mid, qT_lo = split_query(q32, Q_PARTS, DOT_DTYPE)
+    return qT, qT_mid, qT_lo, wv
 
 
 @triton.jit
@@ -121,7 +153,7 @@ def _request(context_lens, b, max_pages):
 
 @triton.jit
 def paged_scores_kernel(
-    q,  # [B*N, H, D] bf16/fp16/fp32/fp8, or MXFP4 codes [B*N, H, D/2] uint8; contiguous
+    q,  # [B*N, H, D] bf16/fp16/fp32, or MXFP4 codes [B*N, H, D/2] uint8; contiguous
     q_scale,  # MXFP4 q: E8M0 scales [B*N, H, D/32] uint8; else unused (q again)
     weights,  # [B*N, H] bf16/fp16/fp32, contiguous
     kv_cache,  # [num_pages, stride_page] uint8 pages (formats.py layout)
@@ -144,6 +176,7 @@ def paged_scores_kernel(
     FP8_DTYPE: tl.constexpr,  # the target's native fp8 type (FMT_FP8_NATIVE)
     DOT_DTYPE: tl.constexpr,  # dot operand type (fp32 under the interpreter)
     DEC_DTYPE: tl.constexpr,  # MXFP4 decoder arithmetic type (decode.mxfp4_rows_mma's OUT)
+    Q_PARTS: tl.constexpr,  # bf16 parts of a tensor q: 1 (bf16), 2 (fp16), 3 (fp32); see split_query
     D: tl.constexpr,  # head_dim
     BLOCK_H: tl.constexpr,  # heads padded to a power of two
     BLOCK_T: tl.constexpr,  # query tokens per program
@@ -174,13 +207,14 @@ def paged_scores_kernel(
             dst = out + (b * N + n0 + tt).to(tl.int64)[None, :] * max_len
             tm = (n0 + tt) < N
         if c1 > c0:
-            qT, wv = _request_queries(q, q_scale, weights, b * N + n0, b * N + tl.minimum(N, n0 + BLOCK_T), H,
-                                      Q_FMT, K_FMT, FNUZ, BLOCK_T, BLOCK_H, D, DOT_DTYPE)
+            qT, qT_mid, qT_lo, wv = _request_queries(q, q_scale, weights, b * N + n0,
+                                                     b * N + tl.minimum(N, n0 + BLOCK_T), H, Q_FMT, K_FMT, FNUZ,
+                                                     BLOCK_T, BLOCK_H, D, DOT_DTYPE, Q_PARTS)
             bt_row = block_table + b.to(tl.int64) * max_pages
             page = _page_id(bt_row, c0, c1)
             for j0 in range(c0, c1, BLOCK_N):
                 nxt = _page_id(bt_row, j0 + BLOCK_N, c1)  # prefetched one block ahead
-                blk = _paged_block(qT, wv, kv_cache, page, j0, c1, num_pages, stride_page,
+                blk = _paged_block(qT, qT_mid, qT_lo, wv, kv_cache, page, j0, c1, num_pages, stride_page,
                                    K_FMT, FNUZ, FP8_DTYPE, BLOCK_T, BLOCK_H, BLOCK_N, D, DOT_DTYPE, DEC_DTYPE, ALIGNED)
                 j = (j0 + tl.arange(0, BLOCK_N))[:, None]
                 tl.store(dst + j, blk, mask=tm[None, :] & (j < c1))

@@ -76,19 +76,31 @@ def _dot_dtype(target: str):
     return tl.float32 if target == "interpreter" else tl.bfloat16
 
 
-def _score_args(q_shape, mx: bool, kv_cache, block_table_shape, fmt, fp8_flavor, target, cfg, aligned4: bool):
-    """Arguments of ``paged_scores_kernel`` fixed by shapes (tensors as ``Arg`` placeholders: q,
-    q_scale, weights, kv_cache, block_table, context_lens), plus (B, N, G)."""
+# bf16 parts of a tensor query (paged_indexer.split_query): fp16 = hi + lo, fp32 = hi + mid + lo
+Q_PARTS = {torch.bfloat16: 1, torch.float16: 2, torch.float32: 3, torch.uint8: 1}
+
+
+def query_rows(cfg: configs.PagedConfig, q_parts: int) -> int:
+    """Query rows per program: half of ``cfg.rows`` for a split query, whose 2-3 bf16 parts stay
+    resident (AOT gfx942, 4 tokens x 64 heads, fp8 keys: 14-90 B spilled at the full 256 rows)."""
+    return cfg.rows if q_parts == 1 else max(1, cfg.rows // 2)
+
+
+def _score_args(q_shape, q_dtype, mx: bool, kv_cache, block_table_shape, fmt, fp8_flavor, target, cfg,
+                aligned4: bool):
+    """Arguments of ``paged_scores_kernel`` fixed by shapes and dtypes (tensors as ``Arg``
+    placeholders: q, q_scale, weights, kv_cache, block_table, context_lens), plus (B, N, G)."""
     b, n, h = q_shape[:3]
     d = q_shape[3] * (2 if mx else 1)
-    hp, nt, g = tiles(n, h, cfg.rows)
+    hp, nt, g = tiles(n, h, query_rows(cfg, Q_PARTS[q_dtype]))
     k_fmt, fnuz, fp8_dtype = _kv_format(fmt, fp8_flavor, target)
     args = dict(q=Arg("q"), q_scale=Arg("q_scale"), weights=Arg("weights"), kv_cache=Arg("kv_cache"),
                 block_table=Arg("block_table"), context_lens=Arg("context_lens"), N=n, H=h, G=g,
                 max_pages=block_table_shape[1],
                 num_pages=kv_cache.shape[0], stride_page=kv_cache.stride(0),
                 Q_FMT=(FMT_MXFP4 if mx else FMT_TENSOR).value, K_FMT=k_fmt, FNUZ=fnuz, FP8_DTYPE=fp8_dtype,
-                DOT_DTYPE=_dot_dtype(target), DEC_DTYPE=configs.decode_dtype(target), D=d, BLOCK_H=hp, BLOCK_T=nt,
+                DOT_DTYPE=_dot_dtype(target), DEC_DTYPE=configs.decode_dtype(target), Q_PARTS=Q_PARTS[q_dtype],
+                D=d, BLOCK_H=hp, BLOCK_T=nt,
                 BLOCK_N=cfg.bn, ALIGNED=fmt != "mxfp4" or aligned4)
     return args, b, n, g
 
@@ -130,8 +142,8 @@ def _config(op: str, q, q_scale, block_table, fmt, fp8_flavor, run, *extra):
     and table length)."""
     target = configs.target_for(q.device)
     b, n, h, d = q.shape
-    key = (op, bucket(b), bucket(block_table.shape[1] * PAGE_ROWS), n, h, d, q_scale is not None, fmt, fp8_flavor,
-           *extra)
+    key = (op, bucket(b), bucket(block_table.shape[1] * PAGE_ROWS), n, h, d, q_scale is not None, str(q.dtype), fmt,
+           fp8_flavor, *extra)
     return target, autotune.pick("paged", target, q.device, configs.for_target(configs.PAGED, target), key, run)
 
 
@@ -152,8 +164,8 @@ def _paged_logits(q, q_scale, kv_cache, weights, block_table, context_lens, fmt,
         return out
 
     def build():
-        args, b, n, g = _score_args(q.shape, q_scale is not None, kv_cache, block_table.shape, fmt, fp8_flavor,
-                                    target, cfg, key[11] % 4 == 0 and kv_cache.stride(0) % 4 == 0)
+        args, b, n, g = _score_args(q.shape, q.dtype, q_scale is not None, kv_cache, block_table.shape, fmt,
+                                    fp8_flavor, target, cfg, key[11] % 4 == 0 and kv_cache.stride(0) % 4 == 0)
         lc = cdiv(cfg.logits_rows, cfg.bn) * cfg.bn
         s = cdiv(max_len, lc)
         return cfg, Launch(paged_scores_kernel, (b * g * s,), configs.launch_options(cfg, target),
@@ -181,7 +193,7 @@ def _align(words: int) -> int:
 
 
 def _topk_plan(q, q_scale, kv_cache, block_table, topk, fmt, fp8_flavor, programs, target, cfg, aligned4):
-    args, b, n, g = _score_args(q.shape, q_scale is not None, kv_cache, block_table.shape, fmt, fp8_flavor,
+    args, b, n, g = _score_args(q.shape, q.dtype, q_scale is not None, kv_cache, block_table.shape, fmt, fp8_flavor,
                                 target, cfg, aligned4)
     max_pages = block_table.shape[1]
     nprog_max = programs or configs.wave_programs(q.device, cfg.progs_per_sm)
@@ -338,8 +350,12 @@ _POINTERS = dict(q="*bf16", q_scale="*bf16", weights="*bf16", kv_cache="*u8", bl
                  bad_counts="*i32", row_start="*i64", out_payload="*u8", out_scales="*u8")
 
 
-def _signature(fn, consts: dict) -> dict:
-    return {a: ("constexpr" if a in consts else _POINTERS.get(a, "i32")) for a in fn.arg_names}
+_Q_POINTER = {torch.bfloat16: "*bf16", torch.float16: "*fp16", torch.float32: "*fp32"}
+
+
+def _signature(fn, consts: dict, q: str = "*bf16") -> dict:
+    return {a: ("constexpr" if a in consts else q if a in ("q", "q_scale") else _POINTERS.get(a, "i32"))
+            for a in fn.arg_names}
 
 
 def aot_variants(target: str, cfg: configs.PagedConfig, head_dim: int = 128, heads: int = 64):
@@ -347,17 +363,23 @@ def aot_variants(target: str, cfg: configs.PagedConfig, head_dim: int = 128, hea
     opts = configs.launch_options(cfg, target)
     for fmt, flavor in (("mxfp4", "fn"), ("fp8", _NATIVE_FP8[target][0]), ("fp8", "fn" if target == "gfx942" else "fnuz")):
         k_fmt, fnuz, fp8_dtype = _kv_format(fmt, flavor, target)
-        for n_tok in (1, 2, 4):
-            hp, nt, _ = tiles(n_tok, heads, cfg.rows)
-            base = dict(H=heads, Q_FMT=FMT_TENSOR.value, K_FMT=k_fmt, FNUZ=fnuz, FP8_DTYPE=fp8_dtype,
-                        DOT_DTYPE=tl.bfloat16, DEC_DTYPE=configs.decode_dtype(target), D=head_dim, BLOCK_H=hp,
-                        BLOCK_T=nt, BLOCK_N=cfg.bn, ALIGNED=True)
-            tag = f"{fmt}{'-' + flavor if fmt == 'fp8' else ''} N={n_tok} D={head_dim} H={heads}"
-            for to_ws in (False, True):
-                consts = dict(base, TO_WS=to_ws)
-                sig = _signature(paged_scores_kernel, consts)
-                yield (f"paged_scores[{tag}{' ws' if to_ws else ' logits'}]", paged_scores_kernel, sig, consts, opts,
-                       _aligned(paged_scores_kernel, sig))
+        # bf16 q: every token count, both outputs; fp16 / fp32 q (split into bf16 parts): the workspace loop
+        for q_dt, n_toks, outs in ((torch.bfloat16, (1, 2, 4), (False, True)), (torch.float16, (1, 4), (True,)),
+                                   (torch.float32, (1, 4), (True,))):
+            parts, q_ptr = Q_PARTS[q_dt], _Q_POINTER[q_dt]
+            for n_tok in n_toks:
+                hp, nt, _ = tiles(n_tok, heads, query_rows(cfg, parts))
+                base = dict(H=heads, Q_FMT=FMT_TENSOR.value, K_FMT=k_fmt, FNUZ=fnuz, FP8_DTYPE=fp8_dtype,
+                            DOT_DTYPE=tl.bfloat16, DEC_DTYPE=configs.decode_dtype(target),
+                            Q_PARTS=parts, D=head_dim, BLOCK_H=hp, BLOCK_T=nt,
+                            BLOCK_N=cfg.bn, ALIGNED=True)
+                tag = (f"{fmt}{'-' + flavor if fmt == 'fp8' else ''} N={n_tok} D={head_dim} H={heads}"
+                       f"{'' if parts == 1 else ' q=' + q_ptr[1:]}")
+                for to_ws in outs:
+                    consts = dict(base, TO_WS=to_ws)
+                    sig = _signature(paged_scores_kernel, consts, q_ptr)
+                    yield (f"paged_scores[{tag}{' ws' if to_ws else ' logits'}]", paged_scores_kernel, sig, consts,
+                           opts, _aligned(paged_scores_kernel, sig))
     mopts = dict(num_warps=cfg.merge_warps)
     for nt in (1, 4):
         for topk, split in ((512, False), (1024, True), (2048, True)):

@@ -274,7 +274,8 @@ class PagedReplacement(Replacement):
         q [rows..., heads, head_dim] bf16 -> [B, N, H, D]   (N: every row atom that is not the batch)
         weights (times the proven constants) -> fp32 [B, N, H]
         kv_cache -> uint8 [num_pages, 64 * row_bytes] (a row-major view of each page)
-        block_table, context_lens -> int32 (no mask: context_lens = max_pages * 64)
+        block_table -> int32 (a negative page id wrapped as eager indexing does)
+        context_lens -> clamped to [0, max_pages * 64], int32 (no mask: max_pages * 64)
 
     Outputs go back to the user's layout as for ``Replacement`` (empty top-k slots hold distinct
     masked columns, like eager ``torch.topk``)."""
@@ -308,12 +309,13 @@ class PagedReplacement(Replacement):
         if f.scale != 1.0:
             w3 = w3 * f.scale
         cache2 = cache.reshape(cache.shape[0], -1)
-        table2 = table.to(torch.int32)
+        # eager's cache[table] wraps a negative page id; ids must be < 2^31 (any page of a real cache)
+        table2 = torch.where(table < 0, table + cache.shape[0], table).to(torch.int32)
         if ctx is None:
             ctx32 = torch.full((B,), K, dtype=torch.int32, device=q.device)
-        else:
-            ctx32 = ctx.reshape(B).to(torch.int32)
-        ke = ctx32.to(torch.int64).clamp(0, K).view(B, 1).expand(B, N).reshape(B * N)
+        else:  # clamped before the cast: exact for any int64 length
+            ctx32 = ctx.reshape(B).clamp(0, K).to(torch.int32)
+        ke = ctx32.to(torch.int64).view(B, 1).expand(B, N).reshape(B * N)
         ks = torch.zeros_like(ke)
         if self.topk is None:
             out = torch.ops.inductor_dsa.paged_indexer_logits(q4, None, cache2, w3, table2, ctx32,

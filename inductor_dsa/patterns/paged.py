@@ -41,7 +41,7 @@ _SIGNED_E2M1 = torch.tensor(formats.E2M1_VALUES + tuple(-v for v in formats.E2M1
 
 @dataclass
 class PagedKey:
-    q: Term                     # bf16 q (exact upcasts peeled)
+    q: Term                     # bf16 / fp16 / fp32 q (exact upcasts peeled)
     cache: fx.Node              # uint8, pages on dim 0, a page's bytes row-major in the rest
     table: fx.Node              # int [B, max_pages]
     context_lens: Optional[fx.Node]  # int [B]; None: no mask (every row of every page visible)
@@ -165,7 +165,7 @@ def read_paged(I: Interpreter, form: IndexerForm) -> Optional[PagedKey]:
         except Reject as e:
             errors.append(f"{fmt}: {e}")
             continue
-        return PagedKey(_bf16_q(I, form), cache, table, _context_lens(I, form, bl), fmt, flavor, d_size)
+        return PagedKey(_query(I, form), cache, table, _context_lens(I, form, bl), fmt, flavor, d_size)
     raise Reject("the key is not the paged decode (" + "; ".join(errors) + ")")
 
 
@@ -302,7 +302,11 @@ def _check_mxfp4(A, k: Elem, roles) -> str:
             values.append(_sel_values(A, k, roles, i, t).to(dt))
     got = run_prog(k.prog, values)
     nib = torch.where(t == 0, x & 15, x >> 4)
-    want = (_SIGNED_E2M1[nib] * torch.exp2(y.double() - 127)).to(got.dtype)
+    exact = _SIGNED_E2M1[nib] * torch.exp2(y.double() - 127)
+    want = exact.to(got.dtype)
+    if not torch.equal(want.to(torch.float32), exact.to(torch.float32)):
+        raise Reject(f"the key is decoded to {got.dtype}, which rounds MXFP4 values (the kernels decode them "
+                     "exactly, as bf16 / fp32 hold them)")
     if got.shape != want.shape or not torch.equal(got, want):
         bad = (got != want).nonzero()
         j = int(bad[0]) if bad.numel() else 0
@@ -358,15 +362,28 @@ def packet_of(target):
     return getattr(target, "overloadpacket", target)
 
 
-def _bf16_q(I: Interpreter, form: IndexerForm) -> Term:
-    """The paged kernels take a bf16 q: q itself, or the bf16 tensor under exact upcasts."""
+_Q_DTYPES = (torch.bfloat16, torch.float16, torch.float32)  # what the paged kernels take (narrowest first)
+
+
+def _query(I: Interpreter, form: IndexerForm) -> Term:
+    """The q the paged kernels take (bf16 / fp16 / fp32): q itself, or the narrowest such tensor
+    under exact upcasts (``q.float()`` of bf16 is passed as bf16: one dot instead of three)."""
     v = form.q_value
-    while v.origin.meta["val"].dtype != torch.bfloat16 and isinstance(v, Cast) \
-            and v.dtype in (torch.float32, torch.float64):
+    while _exact_upcast(v):
         v = v.x
-    if v.origin is None or v.origin.meta["val"].dtype != torch.bfloat16:
-        raise Reject(f"q is {form.q.dtype}, not bf16 (or an upcast of bf16): the paged kernels take bf16 q")
-    return Term(v.origin, I.A.flat_dims(v.origin_dims), torch.bfloat16)
+    dt = None if v.origin is None else v.origin.meta["val"].dtype
+    if dt not in _Q_DTYPES:
+        raise Reject(f"q is {dt if dt is not None else form.q.dtype}, not bf16 / fp16 / fp32 (or an exact upcast "
+                     "of one): the paged kernels take those")
+    return Term(v.origin, I.A.flat_dims(v.origin_dims), dt)
+
+
+def _exact_upcast(v) -> bool:
+    """Is v a cast to fp32 / fp64 of a bf16 / fp16 / fp32 / fp64 tensor no wider (exact)?"""
+    if not isinstance(v, Cast) or v.x.origin is None or v.dtype not in (torch.float32, torch.float64):
+        return False
+    src = v.x.origin.meta["val"].dtype
+    return src in _Q_DTYPES + (torch.float64,) and src.itemsize <= v.dtype.itemsize
 
 
 def _context_lens(I: Interpreter, form: IndexerForm, bl) -> Optional[fx.Node]:

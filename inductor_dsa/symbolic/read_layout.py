@@ -161,6 +161,8 @@ def _cast(I, node, depth, dtype, x=None):
     if isinstance(x.value, Index):
         ints = (torch.int64, torch.int32)
         if not x.value.is_bool and src in ints and dtype in ints:
+            if dtype == torch.int32 and _int64_data(x.value):
+                return None  # int64 data narrowed: wraps past 2^31, so the cast stays a tensor
             return TV(x.value, x.dims, dtype)
         if not x.value.is_bool and src == torch.uint8 and dtype in (torch.int16,) + ints:
             return TV(x.value, x.dims, dtype)  # bytes widened: the same values
@@ -168,6 +170,14 @@ def _cast(I, node, depth, dtype, x=None):
     if src is not None and src.is_floating_point and dtype.is_floating_point:
         return TV(Cast(x.value, dtype), x.dims, dtype)
     return None
+
+
+def _int64_data(v: Index) -> bool:
+    """Is the value (not just a position it reads at) an int64 tensor's element?"""
+    apps = v.expr.atoms(sympy.core.function.AppliedUndef)
+    inner = set().union(*[a.atoms(sympy.core.function.AppliedUndef) for f in apps for a in f.args])
+    nodes = {fn: node for fn, node, _ in v.leaves}
+    return any(getattr(val_of(nodes.get(f.func)), "dtype", None) == torch.int64 for f in apps - inner)
 
 
 @LAYOUT.handles(prims.convert_element_type, shape=True)
