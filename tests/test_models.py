@@ -133,6 +133,21 @@ class SwappedModules(CustomGraphPass):
         return None
 
 
+def _check_gaps(scores, k):
+    """Every row of every recorded indexer call with more than k visible keys has its k-th and
+    (k+1)-th scores ``MARGIN`` apart (relative to its largest score); at least one such row."""
+    rows_cut = 0
+    for s in scores:
+        for row in s.reshape(-1, s.shape[-1]).double():
+            vis = row[torch.isfinite(row)].sort(descending=True).values
+            if vis.numel() <= k:
+                continue
+            rows_cut += 1
+            gap = (vis[k - 1] - vis[k]) / vis.abs().max()
+            assert gap > MARGIN, f"top-k boundary gap {gap:.2e}: a near-tie could flip the selection"
+    assert rows_cut > 0, "no row has more visible keys than k: the selection would not select"
+
+
 def _run(model, ids, steps, fn=None):
     """Logits of a prefill of ``ids`` then ``steps`` cached decode steps fed ids[:, :1], ids[:, 1:2], ..."""
     fn = model if fn is None else fn
@@ -173,19 +188,8 @@ def run(request):
 def test_the_selection_is_unambiguous_and_matters(run):
     """The premise of the logits comparison: every indexer call (each layer, prefill and decode)
     has a clear gap at its top-k boundary, and the selection changes the model's output."""
-    k = run["k"]
     assert len(run["scores"]) == len(run["indexers"]) * (run["steps"] + 1)
-    rows_cut = 0
-    for s in run["scores"]:
-        s = s.reshape(-1, s.shape[-1]).double()
-        for row in s:
-            vis = row[torch.isfinite(row)].sort(descending=True).values
-            if vis.numel() <= k:
-                continue
-            rows_cut += 1
-            gap = (vis[k - 1] - vis[k]) / vis.abs().max()
-            assert gap > MARGIN, f"top-k boundary gap {gap:.2e}: a near-tie could flip the selection"
-    assert rows_cut > 0, "no row has more visible keys than k: the selection would not select"
+    _check_gaps(run["scores"], run["k"])
     assert (run["dense"] - run["eager"][0]).abs().max() > 100 * ATOL
 
 
@@ -207,3 +211,30 @@ def test_every_indexer_layer_swapped_in_every_graph(run):
     for comp in run["report"]:
         assert [s.pattern for s in comp.swaps] == ["indexer_topk"] * len(run["indexers"])
     assert run["counters"] == {"indexer_topk": len(run["indexers"]) * len(graphs)}
+
+
+def test_deepseek_v32_left_padded_batch_swaps_with_the_padding_mask_as_data():
+    """A batch of prompts of different lengths, left-padded with an ``attention_mask`` (what
+    ``generate`` does): transformers' mask is ``(kv_idx <= q_idx) & attention_mask.bool()[b, kv_idx]``,
+    a range ANDed with data. The indexers must still swap (the op's ``mask=`` reads the data mask),
+    and the logits at the real tokens match eager."""
+    torch.manual_seed(0)
+    model, seq, _ = _v32()
+    model.eval()
+    ids = torch.randint(0, model.config.vocab_size, (BATCH, seq), generator=torch.Generator().manual_seed(3))
+    pad = 5
+    am = torch.ones(BATCH, seq, dtype=torch.long)
+    am[0, :pad] = 0
+    with torch.no_grad(), IndexerScores(model.config.index_topk) as cap:
+        want = model(ids, attention_mask=am, cache=DynamicCache(config=model.config), use_cache=True).logits
+    _check_gaps(cap.scores, model.config.index_topk)  # padded queries see no key: skipped
+    torch._dynamo.reset()
+    lowering.reset()
+    swapped = SwappedModules()
+    with torch.no_grad():
+        got = torch.compile(model, backend=pass_only_backend(swapped))(
+            ids, attention_mask=am, cache=DynamicCache(config=model.config), use_cache=True).logits
+    indexers = sorted(n for n, m in model.named_modules() if isinstance(m, DeepseekV32Indexer))
+    assert swapped.graphs == [indexers], swapped.graphs
+    real = am.bool()
+    assert (got - want)[real].abs().max() <= ATOL
