@@ -9,7 +9,8 @@ What swaps: every layer's indexer top-k, in every compiled graph (prefill and de
 ``inductor_dsa.indexer_topk`` -- V4's with the mask ``entry >= (position + 1) // 4`` built from
 ``position_ids``, V3.2 / GLM's with transformers' causal mask (``create_causal_mask`` builds it from
 aranges as ``kv_idx <= q_idx`` offset by the cache length; the attention hands
-``attention_mask[:, 0]`` to the indexer), both proven per-row key ranges. Nothing else swaps:
+``attention_mask[:, 0]`` to the indexer), both proven per-row key ranges; a left-padded batch adds
+``attention_mask.bool()[b, kv_idx]``, data, which goes to the op's ``mask=``. Nothing else swaps:
 
 * the sparse attention is not ``inductor_dsa::sparse_attention``, because none of these models
   gathers the selected keys. V3.2 / GLM scatter the indices into a ``[B, 1, S, T]`` boolean mask
