@@ -398,6 +398,86 @@ def transformers_mask_4d(q, k, w):
     return s.masked_fill(~mask[:, 0, :, :], float("-inf")).topk(4, dim=-1).indices.to(torch.int32)
 
 
+# ---- masks given as data (tensors the range proof cannot read: passed to the op's mask=) ----------
+def _hidden(shape, seed, p=0.5):
+    """A random bool tensor, True with probability ``p`` (rows with fewer visible keys than k occur)."""
+    return torch.rand(shape, generator=torch.Generator().manual_seed(1000 + seed)) < p
+
+
+def _with_data(*shapes, additive=False):
+    """_qkw plus masks of ``shapes``: bool (True = hidden) or, additive, random finite biases with
+    -inf where hidden."""
+    def make(dt, s):
+        q, k, w = _qkw(dt, s)
+        out = []
+        for i, shape in enumerate(shapes):
+            m = _hidden(shape, s + i)
+            if additive:
+                bias = torch.randn(shape, generator=torch.Generator().manual_seed(s + 7))
+                m = bias.masked_fill(m, float("-inf")).to(dt)
+            out.append(m)
+        return (q, k, w, *out)
+    return make
+
+
+def data_bool_tk(q, k, w, hidden):
+    s = (_s(q, k).relu() * w.unsqueeze(-1)).sum(1)
+    return s.masked_fill(hidden, float("-inf")).topk(4)
+
+
+def data_bool_broadcast_1tk(q, k, w, hidden):
+    s = torch.einsum("bthd,kd->bthk", q.unsqueeze(0), k).relu()
+    s = torch.matmul(w[None].unsqueeze(-2), s).squeeze(-2)  # [1, T, K]
+    keep = hidden.logical_not()  # True = visible, broadcast over nothing: [1, T, K]
+    return s.masked_fill(~keep, torch.finfo(s.dtype).min).topk(4)
+
+
+def data_bool_transposed(q, k, w, hidden_kt):
+    s = (_s(q, k).relu() * w.unsqueeze(-1)).sum(1)
+    return s.masked_fill(hidden_kt.t(), float("-inf")).topk(4)  # a [K, T] mask, transposed: a valid view
+
+
+def data_additive_tk(q, k, w, bias):
+    s = (_s(q, k).relu() * w.unsqueeze(-1)).sum(1)
+    return (s + bias).topk(4)
+
+
+def causal_and_data_padding(q, k, w, pad_hidden):
+    s = (_s(q, k).relu() * w.unsqueeze(-1)).sum(1)
+    keep = ~_causal(q.shape[0], k.shape[0]) & ~pad_hidden  # a provable range and a padding mask [K]
+    return s.masked_fill(~keep, float("-inf")).topk(4)
+
+
+def causal_and_int_padding(q, k, w, pad_hidden):
+    s = (_s(q, k).relu() * w.unsqueeze(-1)).sum(1)
+    s = s.masked_fill(_causal(q.shape[0], k.shape[0]), float("-inf"))  # a range
+    attention_mask = (~pad_hidden).long()  # HF-style 0/1 int64 padding, indexed by the key: data
+    return s.masked_fill(attention_mask[None, :] == 0, float("-inf")).topk(4)
+
+
+def data_index_put(q, k, w, hidden):
+    logits = (_s(q, k).relu() * w.unsqueeze(-1)).sum(1)
+    logits[hidden] = float("-inf")
+    return logits.topk(4)
+
+
+def data_mask_per_batch_kv(q, kv, w, hidden):
+    s = (torch.einsum("bthd,bkd->bthk", q, kv).relu() * w.unsqueeze(-1)).sum(2)  # [B, T, K], k per batch
+    return s.masked_fill(hidden, float("-inf")).topk(4)
+
+
+def _per_batch_data(dt, s, b=2):
+    g = torch.Generator().manual_seed(s)
+    q, kv, w = (torch.randn(b, T, H, D, generator=g).to(dt), torch.randn(b, K, D, generator=g).to(dt),
+                torch.randn(b, T, H, generator=g).to(dt))
+    return q, kv, w, _hidden((b, T, K), s)
+
+
+def per_key_bias_logits(q, k, w):
+    s = (_s(q, k).relu() * w.unsqueeze(-1)).sum(1)
+    return s + k[:, 0]  # any finite tensor added after the head sum is an additive bias
+
+
 CASES = [
     Case("toy_module_official_b1", toy_call, make_toy(1), {"indexer_topk": 1}, post=True,
          dtypes=(torch.float32, torch.bfloat16), notes="nn.Module, projections, kv cache buffer"),
@@ -437,6 +517,22 @@ CASES = [
          dtypes=(torch.float32, torch.bfloat16)),
     Case("v32_style_index_put_int32", v32_style_index_put, _qkw, {"indexer_topk": 1}),
     Case("transformers_mask_4d_select", transformers_mask_4d, _qkw, {"indexer_topk": 1}),
+
+
+    Case("data_bool_mask_tk", data_bool_tk, _with_data((T, K)), {"indexer_topk": 1}, outputs="both"),
+    Case("data_bool_mask_1tk_broadcast", data_bool_broadcast_1tk, _with_data((1, T, K)), {"indexer_topk": 1},
+         outputs="both"),
+    Case("data_bool_mask_transposed_kt", data_bool_transposed, _with_data((K, T)), {"indexer_topk": 1},
+         outputs="both"),
+    Case("data_additive_bias_tk", data_additive_tk, _with_data((T, K), additive=True), {"indexer_topk": 1},
+         outputs="both", dtypes=(torch.float32, torch.bfloat16)),
+    Case("causal_range_and_data_padding", causal_and_data_padding, _with_data((K,)), {"indexer_topk": 1},
+         outputs="both"),
+    Case("causal_range_and_int_padding", causal_and_int_padding, _with_data((K,)), {"indexer_topk": 1},
+         outputs="both"),
+    Case("data_mask_index_put", data_index_put, _with_data((T, K)), {"indexer_topk": 1}, outputs="both"),
+    Case("data_mask_per_batch_kv", data_mask_per_batch_kv, _per_batch_data, {"indexer_topk": 1}, outputs="both"),
+    Case("per_key_bias_logits", per_key_bias_logits, _qkw, {"indexer_logits": 1}, kind="logits"),
     Case("decode_dense_gather_context_lens", decode_dense_gather, make_decode, {"indexer_topk": 1},
          outputs="both", dtypes=(torch.float32, torch.bfloat16),
          notes="key dim = (page, offset): the mask is read through the linear key index"),
@@ -523,18 +619,8 @@ def nm_mask_before_relu(q, k, w):
     return (s.relu() * w.unsqueeze(-1)).sum(1).topk(4)
 
 
-def nm_bias_added(q, k, w):
-    s = (_s(q, k).relu() * w.unsqueeze(-1)).sum(1)
-    return (s + k[:, 0]).topk(4)  # a per-key bias is not a mask
-
-
 def nm_topk_over_rows(q, k, w):
     return (_s(q, k).relu() * w.unsqueeze(-1)).sum(1).topk(3, dim=0)
-
-
-def nm_opaque_mask(q, k, w, mask):
-    s = (_s(q, k).relu() * w.unsqueeze(-1)).sum(1)
-    return s.masked_fill(mask, float("-inf")).topk(4)
 
 
 def _fill(value):
@@ -554,11 +640,6 @@ def nm_different_fills(q, k, w):
     s = (_s(q, k).relu() * w.unsqueeze(-1)).sum(1)
     s = s.masked_fill(_causal(q.shape[0], k.shape[0]), float("-inf"))
     return s.masked_fill(torch.arange(k.shape[0]) < 2, torch.finfo(s.dtype).min).topk(4)
-
-
-def _with_mask(dt, s):
-    q, k, w = _qkw(dt, s)
-    return q, k, w, torch.rand(T, K, generator=torch.Generator().manual_seed(s)) > 0.5
 
 
 def nm_float_mask_multiplied(q, k, w):
@@ -581,10 +662,18 @@ def nm_head_dim_24(q, k, w):
     return (_s(q, k).relu() * w.unsqueeze(-1)).sum(1).topk(4)  # the kernels need 2^n head_dim
 
 
-def nm_index_put_data_mask(q, k, w, mask):
-    logits = (_s(q, k).relu() * w.unsqueeze(-1)).sum(1)
-    logits[mask] = float("-inf")  # a mask given as data: not provably a per-row range
-    return logits.topk(4)
+def nm_bias_per_head(q, k, w, bias):
+    s = _s(q, k).relu() + bias.view(T, 1, K) * torch.arange(1, H + 1).view(1, H, 1)  # differs per head
+    return (s * w.unsqueeze(-1)).sum(1).topk(4)
+
+
+def nm_bias_before_weighting(q, k, w, bias):
+    s = _s(q, k).relu() + bias.unsqueeze(1)  # added before the weights: sum_h w * bias is not bias
+    return (s * w.unsqueeze(-1)).sum(1).topk(4)
+
+
+def _with_bias(dt, s):
+    return (*_qkw(dt, s), torch.randn(T, K, generator=torch.Generator().manual_seed(s + 3)).to(dt))
 
 
 def nm_tensor_scale_in_relu(q, k, w):
@@ -608,10 +697,10 @@ NEAR_MISSES = [
     Case("per_head_k", nm_per_head_k, _qkw, {}, kind="logits", reject="per-head k"),
     Case("relu_after_head_sum", nm_relu_after_sum, _qkw, {}, kind="logits"),
     Case("mask_before_relu", nm_mask_before_relu, _qkw, {}),
-    Case("per_key_bias_added", nm_bias_added, _qkw, {}, reject="not a where(mask"),
     Case("topk_over_rows", nm_topk_over_rows, _qkw, {}),
-    Case("opaque_mask_tensor", nm_opaque_mask, _with_mask, {}, reject="opaque"),
-    Case("index_put_data_mask", nm_index_put_data_mask, _with_mask, {}, reject="opaque"),
+    Case("bias_differs_per_head", nm_bias_per_head, _with_bias, {}, reject="not over relu(q.k) * weights"),
+    Case("bias_added_before_weighting", nm_bias_before_weighting, _with_bias, {},
+         reject="not over relu(q.k) * weights"),
     Case("tensor_scale_inside_relu", nm_tensor_scale_in_relu, _qkw, {}, reject="unknown sign"),
     Case("two_masks_different_fills", nm_different_fills, _qkw, {}, reject="different fill"),
     # finite fills that visible scores cross: top-k then picks masked columns, which the op never

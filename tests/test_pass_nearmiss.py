@@ -10,7 +10,7 @@ import torch
 
 from attention_corpus import ATTENTION_NEAR_MISSES
 from pass_corpus import CASES, NEAR_MISSES
-from pass_helpers import SnapshotPass, case_args, compile_run, first_tensor_outputs, pass_only_backend
+from pass_helpers import SnapshotPass, case_args, check_topk, compile_run, first_tensor_outputs, pass_only_backend
 
 from inductor_dsa import lowering
 from inductor_dsa.lowering import indexer as indexer_lowering
@@ -41,6 +41,28 @@ def test_near_miss_is_left_untouched(case, monkeypatch):
     if case.reject is not None:
         reasons = [r.reason for r in lowering.report().rejections]
         assert any(case.reject in r for r in reasons), f"no rejection mentioning {case.reject!r}: {reasons}"
+
+
+def test_mask_added_after_topk_is_not_folded_in(monkeypatch):
+    """A bias added to the top-k values (after the selection) is not a mask of the scores: the
+    top-k is swapped unmasked and the addition stays where it was."""
+    monkeypatch.setenv("INDUCTOR_DSA_DEBUG", "1")
+    g = torch.Generator().manual_seed(0)
+    q, k, w = torch.randn(24, 4, 32, generator=g), torch.randn(20, 32, generator=g), torch.randn(24, 4, generator=g)
+    bias = torch.randn(24, 4, generator=g).masked_fill(torch.rand(24, 4, generator=g) < 0.3, float("-inf"))
+
+    def fn(q, k, w, bias):
+        s = (torch.einsum("thd,kd->thk", q, k).relu() * w.unsqueeze(-1)).sum(1)
+        v, i = s.topk(4)
+        return v + bias, i
+    out, counts = compile_run(fn, (q, k, w, bias))
+    assert counts == {"indexer_topk": 1}, counts
+    (swap,) = lowering.report().swaps
+    assert "ranges  all keys" in swap.region and "mask    " not in swap.region, swap.region
+    scores64 = (torch.einsum("thd,kd->thk", q.double(), k.double()).relu() * w.double().unsqueeze(-1)).sum(1)
+    check_topk(out[1], scores64, 4)  # the top-k of the unmasked scores
+    want = scores64.gather(1, out[1]) + bias.double()  # and the bias added to its values, -inf included
+    torch.testing.assert_close(out[0].double(), want, rtol=1e-5, atol=1e-5)
 
 
 @pytest.mark.parametrize("stage", ["specialize", "trace"])

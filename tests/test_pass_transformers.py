@@ -81,14 +81,49 @@ def test_v32_glm_indexer_swaps_and_matches_the_oracle(name):
     check_topk(out, logits64, cfg.index_topk)
 
 
-@pytest.mark.parametrize("additive", [False, True])
-def test_v32_indexer_data_mask_is_rejected_with_its_reason(monkeypatch, additive):
-    """A causal mask passed in as data is not provably a per-row range: left alone, and said why."""
-    monkeypatch.setenv("INDUCTOR_DSA_DEBUG", "1")
-    _, args = _dsa_args("deepseek_v32", s=11)
-    keep = torch.ones(11, 11, dtype=torch.bool).tril()[None]
-    mask = torch.zeros(1, 11, 11).masked_fill(~keep, float("-inf")) if additive else keep
-    _, counts = compile_run(_bool_mask_input, args + (mask,))
-    assert counts == {}, counts
-    reasons = [r.reason for r in lowering.report().rejections]
-    assert any("mask" in r and "data" in r for r in reasons), reasons
+def _causal_padding_mask(s, seed, additive):
+    """A random causal-plus-padding mask as transformers' mask utilities give it: [1, S, S], bool
+    (True = visible) or additive float (0 visible, -inf or finfo.min hidden, some finite biases)."""
+    g = torch.Generator().manual_seed(seed)
+    keep = torch.ones(s, s, dtype=torch.bool).tril() & (torch.rand(1, s, generator=g) > 0.3)  # left padding too
+    keep[torch.arange(s), torch.arange(s)] = True  # every row sees itself
+    if not additive:
+        return keep[None]
+    bias = torch.randn(s, s, generator=g) * (torch.rand(s, s, generator=g) < 0.2)  # a few finite biases
+    fill = float("-inf") if additive == "inf" else torch.finfo(torch.float32).min
+    return bias.masked_fill(~keep, fill)[None]
+
+
+@pytest.mark.parametrize("additive", [False, "inf", "finfo"])
+@pytest.mark.parametrize("name", sorted(MODULES))
+def test_v32_glm_indexer_data_mask_swaps_and_matches_the_oracle(name, additive):
+    """The causal mask passed in as data (bool masked_fill(~mask, -inf), or additive scores + mask):
+    passed to the op's mask=, top-k checked against the float64 oracle of the same module."""
+    s = 13
+    cfg, args = _dsa_args(name, s=s)
+    mask = _causal_padding_mask(s, seed=len(name), additive=additive)
+    out, counts = compile_run(_bool_mask_input, args + (mask,))
+    assert counts == {"indexer_topk": 1}, counts
+    assert out.dtype == torch.int32 and out.shape == (1, s, cfg.index_topk)
+    (swap,) = lowering.report().swaps
+    assert "mask    data [1, r0, j0]" in swap.region, swap.region
+    _, (logits64,) = oracle(_bool_mask_input, args + (mask,))
+    check_topk(out, logits64, cfg.index_topk)
+
+
+@pytest.mark.parametrize("additive", [False, "inf"])
+def test_v32_indexer_batched_data_mask(additive):
+    """Batch 2 (a per-batch key: one op call per batch), each request with its own mask [B, S, S]."""
+    s = 13
+    cfg, (m, *_) = _dsa_args("deepseek_v32", s=s)
+    hidden, q_resid = torch.randn(2, s, cfg.hidden_size), torch.randn(2, s, cfg.q_lora_rank)
+    pos = torch.arange(s)[None].expand(2, s)
+    cos, sin = DeepseekV32RotaryEmbedding(cfg)(hidden, pos)
+    mask = torch.cat([_causal_padding_mask(s, seed, additive) for seed in (1, 2)])
+    args = (m, hidden, q_resid, cos, sin, pos, mask)
+    out, counts = compile_run(_bool_mask_input, args)
+    assert counts == {"indexer_topk": 1}, counts
+    (swap,) = lowering.report().swaps
+    assert "mask    data [b0, r0, j0]" in swap.region and "one call per batch" in swap.region, swap.region
+    _, (logits64,) = oracle(_bool_mask_input, args)
+    check_topk(out, logits64, cfg.index_topk)

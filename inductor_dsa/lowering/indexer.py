@@ -53,19 +53,23 @@ class Replacement(splice.Call):
     over the form's rows and keys holding the unmasked logits, e.g. partial scores summed across
     ranks) the top-k selects from that tensor with ``logits_topk`` instead of recomputing it."""
 
+    _mask = None  # the op's mask= of the call being traced (a mask given as data)
+
     def __init__(self, form: IndexerForm, atoms: Atoms, topk: Optional[TopkSpec], graph: fx.Graph,
                  scores: Optional[Term] = None):
         f = form
         operands = [scores] if scores is not None else [f.q, f.k] + list(f.weights)
-        super().__init__(form, atoms, operands + [Term(n, atoms.flat_dims(d), None) for _, n, d in f.mask_leaves],
-                         sym_nodes(graph, topk))
+        leaves = [Term(n, atoms.flat_dims(d), None) for _, n, d in f.mask_leaves]
+        data = [Term(d.node, d.dims, d.dtype) for d in f.data]
+        super().__init__(form, atoms, operands + leaves + data, sym_nodes(graph, topk))
         self.topk, self.scores = topk, scores
         self.n_batch = None
-        if topk is None and f.batch:  # logits with a per-batch k: one op call per batch
+        if (topk is None or f.data) and f.batch:  # logits, or a data mask, with a per-batch k: a call per batch
             nb = sympy.Mul(*[atoms.size(a) for a in f.batch])
             self.n_batch = atoms.shapes.hint(nb)
             if self.n_batch is None or self.n_batch > 64:
-                raise Reject(f"per-batch k over {nb} batches: logits need a small static batch")
+                what = "a mask given as data" if f.data else "logits"
+                raise Reject(f"per-batch k over {nb} batches: {what} need a small static batch")
             if not nb.is_Integer:
                 f.static.append(nb)
 
@@ -83,8 +87,8 @@ class Replacement(splice.Call):
     def __call__(self, *args):
         f, A = self.f, self.A
         tens, env, size = self._bind(args)
-        n_ops = len(self.tensors) - len(f.mask_leaves)
-        leaves = tens[n_ops:]
+        n_ops = len(self.tensors) - len(f.mask_leaves) - len(f.data)
+        leaves, data = tens[n_ops:n_ops + len(f.mask_leaves)], tens[n_ops + len(f.mask_leaves):]
         dev = tens[0].device
         rows, batch, keys = list(f.rows), list(f.batch), list(f.keys)
         T = prod(size(a) for a in rows)
@@ -119,6 +123,7 @@ class Replacement(splice.Call):
             ke = torch.maximum(ke, ks)
             if f.ranges.row_cond is not None:
                 ke = torch.where(on_rows_bool(emit, f.ranges.row_cond, grid, T, dev), ke, ks)
+        self._mask = self._data_mask(data, rows, keys, size)
         if self.scores is not None:
             x = arrange(tens[0], self.scores.dims, [rows, keys], size).to(torch.float32)
             vals, ids = torch.ops.inductor_dsa.logits_topk(x, ks.to(torch.int32), ke.to(torch.int32), self._k)
@@ -142,29 +147,54 @@ class Replacement(splice.Call):
             return self._logits(q3, k3, w2, ks, ke, T, K, H, D, batch)
         return self._topk(q3, k3, w2, ks, ke, T, K, D, batch, boff if batch else None)
 
+    def _data_mask(self, data, rows, keys, size):
+        """The op's ``mask=`` ([T, K], a view of the user's tensor where one is possible), or None:
+        a boolean shown where True (negated first where the user's shows False; several are
+        and-ed), or an additive bias in fp32/bf16/fp16."""
+        out = None
+        for d, t in zip(self.f.data, data):
+            if d.shown is False:
+                t = ~t
+            elif d.shown is None and t.dtype not in (torch.float32, torch.bfloat16, torch.float16):
+                t = t.to(torch.float32)
+            t = arrange(t, self.A.flat_dims(d.dims), [rows, keys], size)
+            out = t if out is None else out & t
+        return out
+
+    def _per_batch(self, op, q3, k3, w2, ks, ke, H, D, *extra):
+        """``op`` called once per batch (a per-batch k with logits or a data mask), outputs stacked."""
+        NB, m = self.n_batch, self._mask
+        q4, w4 = q3.reshape(NB, -1, H, D), w2.reshape(NB, -1, H)
+        ks4, ke4 = ks.reshape(NB, -1), ke.reshape(NB, -1)
+        m4 = None if m is None else m.reshape(NB, -1, m.shape[-1])
+        outs = [op(q4[b], None, k3[b], None, w4[b], ks4[b].to(torch.int32), ke4[b].to(torch.int32), *extra,
+                   mask=None if m4 is None else m4[b]) for b in range(NB)]
+        if isinstance(outs[0], torch.Tensor):
+            return torch.cat(outs, 0)
+        return tuple(torch.cat(o, 0) for o in zip(*outs))
+
     # -- logits -------------------------------------------------------------------------------
     def _logits(self, q3, k3, w2, ks, ke, T, K, H, D, batch):
         op = torch.ops.inductor_dsa.indexer_logits
         if batch:
-            NB = self.n_batch
-            q4, w4 = q3.reshape(NB, -1, H, D), w2.reshape(NB, -1, H)
-            ks4, ke4 = ks.reshape(NB, -1), ke.reshape(NB, -1)
-            parts = [op(q4[b], None, k3[b], None, w4[b], ks4[b].to(torch.int32), ke4[b].to(torch.int32))
-                     for b in range(NB)]
-            out = torch.cat(parts, 0)
+            out = self._per_batch(op, q3, k3, w2, ks, ke, H, D)
         else:
-            out = op(q3, None, k3.reshape(K, D), None, w2, ks.to(torch.int32), ke.to(torch.int32))
+            out = op(q3, None, k3.reshape(K, D), None, w2, ks.to(torch.int32), ke.to(torch.int32), mask=self._mask)
         return self._finish_logits(out, ks, ke, K)
 
     # -- top-k --------------------------------------------------------------------------------
     def _topk(self, q3, k3, w2, ks, ke, T, K, D, batch, boff):
         op = torch.ops.inductor_dsa.indexer_topk
         kk = self._k
+        if batch and self.f.data:
+            vals, ids = self._per_batch(op, q3, k3, w2, ks, ke, w2.shape[1], D, kk)
+            return self._finish_topk(vals, ids.to(torch.int64), ks, ke)
         if batch:
             kflat = k3.reshape(-1, D)
             vals, ids = op(q3, None, kflat, None, w2, (ks + boff).to(torch.int32), (ke + boff).to(torch.int32), kk)
         else:
-            vals, ids = op(q3, None, k3.reshape(K, D), None, w2, ks.to(torch.int32), ke.to(torch.int32), kk)
+            vals, ids = op(q3, None, k3.reshape(K, D), None, w2, ks.to(torch.int32), ke.to(torch.int32), kk,
+                           mask=self._mask)
         ids = ids.to(torch.int64)
         if batch:
             ids = ids - boff.unsqueeze(1)
@@ -173,7 +203,20 @@ class Replacement(splice.Call):
     def _finish_topk(self, vals, ids, ks, ke):
         """[T, k] op outputs -> the user's layout, empty slots as eager top-k fills them."""
         f, spec, kk = self.f, self.topk, self._k
-        if f.ranges is not None:
+        if f.data:
+            # Slots past the visible count (index -1 from the op): eager top-k returns hidden
+            # columns there. Return the first hidden ones, in increasing order: slot s of a row
+            # with n visible columns gets the column where the running count of hidden columns
+            # reaches s - n + 1 (one [T, K] pass, only with a mask given as data).
+            hidden = ~fallback.visible(ks, ke, self._mask.shape[1], self._mask)
+            seen = hidden.cumsum(1, dtype=torch.int32)
+            slot = torch.arange(kk, device=ids.device, dtype=torch.int64).unsqueeze(0)
+            n_vis = (ids >= 0).sum(1, keepdim=True)
+            pad = slot >= n_vis
+            nth = (slot - n_vis + 1).clamp(min=1).to(torch.int32).expand(ids.shape[0], -1).contiguous()
+            ids = torch.where(pad, torch.searchsorted(seen, nth), ids)
+            vals = torch.where(pad, torch.full((), f.fill, dtype=vals.dtype, device=vals.device), vals)
+        elif f.ranges is not None:
             # Rows with fewer visible columns than k: eager top-k returns masked columns
             # (value = the fill) there. Return distinct masked columns, in increasing order.
             n_vis = (ke - ks).unsqueeze(1)
@@ -192,7 +235,7 @@ class Replacement(splice.Call):
         """[T, K] fp32 logits (-inf outside the ranges) -> the mask's fill, dtype and layout."""
         f = self.f
         if f.fill is not None and f.fill != -math.inf:
-            vis = fallback.visible_mask(ks, ke, K)
+            vis = fallback.visible(ks, ke, K, self._mask)
             out = torch.where(vis, out, torch.full((), f.fill, dtype=out.dtype, device=out.device))
         return self._unarrange(out.to(f.out_dtype), f.keys)
 
@@ -298,6 +341,14 @@ def read_form(graph, x: fx.Node, key_dim: Optional[int]):
     return read_logits(interp.ev(x), interp, key_dim), interp
 
 
+def _paged(interp, form: IndexerForm):
+    """``read_paged``'s key, or None; a paged key with a mask given as data is rejected."""
+    key = read_paged(interp, form)
+    if key is not None and form.data:
+        raise Reject("a mask given as data on a paged key: the paged ops take context_lens only")
+    return key
+
+
 # ---- anchors ----------------------------------------------------------------------------------------
 def plan_topk(graph, node) -> Optional[splice.Plan]:
     """A matched ``aten.topk`` anchor, planned; None if neither output is used; else ``Reject``."""
@@ -322,7 +373,7 @@ def plan_topk(graph, node) -> Optional[splice.Plan]:
     if form.collective is not None:
         return plan_topk_tp(graph, node, form, interp, spec, (as_expr(kval), used))
     note = "the logits are also used elsewhere: they stay computed there" if len(x.users) > 1 else ""
-    key = read_paged(interp, form)
+    key = _paged(interp, form)
     pattern = PATTERN_TOPK if key is None else PATTERN_PAGED_TOPK
     repl = (Replacement(form, interp.A, spec, graph) if key is None
             else PagedReplacement(form, interp.A, key, spec, graph))
@@ -341,6 +392,8 @@ def plan_topk_tp(graph, node, form: IndexerForm, interp, spec: TopkSpec, topk_in
     """
     if read_paged(interp, form) is not None:
         raise Reject("a paged (byte cache) key summed across ranks: not supported")
+    if form.data:
+        raise Reject("a mask given as data after the all_reduce: logits_topk takes row ranges only")
     A = interp.A
     coll = form.collective
     local_node, local_dims = coll.x.origin, A.flat_dims(coll.x.origin_dims)
@@ -377,7 +430,7 @@ def plan_logits(graph, node) -> splice.Plan:
     form, interp = read_form(graph, node, None)
     if form.collective is not None:
         raise Reject("logits summed across ranks: the local head-sum before the all_reduce is the match")
-    key = read_paged(interp, form)
+    key = _paged(interp, form)
     pattern = PATTERN_LOGITS if key is None else PATTERN_PAGED_LOGITS
     repl = (Replacement(form, interp.A, None, graph) if key is None
             else PagedReplacement(form, interp.A, key, None, graph))

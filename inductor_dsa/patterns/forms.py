@@ -4,7 +4,8 @@ have in common, read off values of the symbolic engine.
 * ``DSA_READS``: the handler sets every DSA recogniser reads graphs with (one explicit chain);
 * operands: ``Term`` (a graph tensor and the atoms of its dims), ``term_of``;
 * products and constants: ``peel`` (casts), ``factors``, ``split_consts``, ``sum_parts``;
-* masks: ``peel_masks`` (``where(c, fill, x)``, ``x + where(c, fill, 0)``, ...), ``negate``,
+* masks: ``peel_masks`` (``where(c, fill, x)``, ``x + where(c, fill, 0)``, ``x + bias``, ...), ``negate``,
+  ``Opaque`` (a condition given as data),
   ``is_minus_inf_like`` (a fill that ranks like -inf);
 * limits: ``check_heads`` (head_dim and head count against ``limits.py``);
 * text: ``RegionNames``, ``dtype_name`` (the normalised rendering of a rewritten region).
@@ -13,13 +14,14 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from typing import Optional
 
 import sympy
 import torch
 import torch.fx as fx
 
 from .. import limits
-from ..symbolic import (ARITH, BYTES, GATHER, LAYOUT, Add, Cast, Contract, HandlerSet, Index, Mul,
+from ..symbolic import (ARITH, BYTES, GATHER, LAYOUT, Add, Cast, Contract, HandlerSet, Index, Leaf, Mul,
                         Reject, Sum, Value, Where, const_value)
 
 FLOAT_DTYPES = (torch.bfloat16, torch.float16, torch.float32)
@@ -53,6 +55,21 @@ def factors(v: Value) -> list:
     return [v]
 
 
+@dataclass
+class Opaque:
+    """A mask condition the algebra cannot read (a boolean tensor given as data, or built from
+    one): visible where the tensor ``cond`` (an opaque ``Index``, ``cond.origin`` its node) equals
+    ``shown``. Like an opaque ``Index`` it has no expression for the range proofs."""
+    cond: Index
+    shown: bool
+    expr = None
+
+
+def visible_where(c: Index):
+    """The condition ``c`` as a visible condition: itself, or an ``Opaque`` shown where True."""
+    return Opaque(c, True) if c.expr is None else c
+
+
 def mask_term(m: Value):
     """(visible, fill) for where(c, fill, 0) / where(c, 0, fill), else None."""
     m = peel(m)
@@ -64,16 +81,23 @@ def mask_term(m: Value):
     if b == 0 and a != 0:
         return negate(m.cond), a
     if a == 0 and b != 0:
-        return m.cond, b
+        return visible_where(m.cond), b
     return None
 
 
-def negate(c: Index) -> Index:
-    return Index(None if c.expr is None else sympy.Not(c.expr), is_bool=True, leaves=c.leaves)
+def negate(c):
+    """not ``c`` (an ``Opaque`` flips the value that shows; a readable one remembers ``c``)."""
+    if isinstance(c, Opaque):
+        return Opaque(c.cond, not c.shown)
+    if c.expr is None:
+        return Opaque(c, False)
+    return Index(sympy.Not(c.expr), is_bool=True, leaves=c.leaves, logic=("not", c))
 
 
-def peel_masks(v: Value):
-    """(unmasked value, [visible conditions], [fills], additive count)."""
+def peel_masks(v: Value, biases: Optional[list] = None):
+    """(unmasked value, [visible conditions], [fills], additive count). With ``biases`` (a list), an
+    opaque float tensor added to the scores (an additive mask given as data) is appended to it (the
+    value as added) instead of stopping the match."""
     conds, fills, additive = [], [], 0
     while True:
         v = peel(v)
@@ -84,7 +108,7 @@ def peel_masks(v: Value):
                 fills.append(a)
                 v = v.b
             elif b is not None and a is None:
-                conds.append(v.cond)
+                conds.append(visible_where(v.cond))
                 fills.append(b)
                 v = v.a
             else:
@@ -100,8 +124,14 @@ def peel_masks(v: Value):
                     v = other
                     break
             else:
-                raise Reject("an addition to the scores that is not a where(mask, fill, 0) mask (an additive "
-                             "mask given as data, e.g. a float attention_mask input, is not provably a per-row key range)")
+                data = [(m, o) for m, o in ((v.b, v.a), (v.a, v.b)) if isinstance(peel(m), Leaf)]
+                if biases is None:
+                    raise Reject("an addition to the scores that is not a where(mask, fill, 0) mask")
+                if not data:
+                    raise Reject("an addition to the scores that is neither a where(mask, fill, 0) mask nor a "
+                                 "tensor given as data (an additive bias is a graph input or an op not read)")
+                biases.append(data[0][0])
+                v = data[0][1]
             continue
         return v, conds, fills, additive
 

@@ -6,7 +6,9 @@ Reads a node (a top-k input, or a logits tensor) and proves it computes
                = sum_h  w[rows, h] * relu( sum_d q[rows, h, d] * k[b(rows), j, d] )   otherwise
 
 where ``visible`` is a per-row range of j, ``fill`` is -inf or the scores' dtype's finfo.min, and
-``w`` is a product of tensors/constants over (rows, h). Tensor-parallel form: the head sum covers this
+``w`` is a product of tensors/constants over (rows, h). A mask given as data (a boolean tensor the
+algebra cannot read, or an opaque float tensor added after the head sum: X + bias[rows, j]) over rows
+and keys only is kept as a graph tensor (``DataMask``) for the op's ``mask=``, next to any provable range. Tensor-parallel form: the head sum covers this
 rank's heads and is summed across ranks (``all_reduce``, op sum) before the mask. Everything is checked on the index algebra
 of the symbolic engine (``inductor_dsa.symbolic``): which index each tensor depends on, which indices are summed, in which
 order relu and the weights are applied. Any doubt raises ``Reject`` with the reason.
@@ -22,8 +24,8 @@ import torch
 
 from ..symbolic import TV, AllReduce, Contract, Interpreter, Reject, Relu, Value, deps
 from ..symbolic.ranges import RowRange, per_row_range
-from .forms import (DSA_READS, FLOAT_DTYPES, RegionNames, Term, check_heads, dtype_name, factors,
-                    is_minus_inf_like, peel, peel_masks, split_consts, sum_parts, term_of)
+from .forms import (DSA_READS, FLOAT_DTYPES, Opaque, RegionNames, Term, check_heads, dtype_name, factors,
+                    is_minus_inf_like, negate, peel, peel_masks, split_consts, sum_parts, term_of)
 
 READS = DSA_READS  # the handler sets the indexer is read with (a paged key reads bytes)
 
@@ -51,6 +53,17 @@ class IndexerForm:
     q_value: Optional[Value] = None       # the values read as q and k (patterns/paged.py reads k)
     k_value: Optional[Value] = None
     collective: Optional[AllReduce] = None        # partial scores summed across ranks before the mask
+    data: tuple = ()                      # DataMask: masks given as data, passed to the op's mask=
+
+
+@dataclass
+class DataMask:
+    """A mask the op reads as data: a graph tensor over rows and keys (atoms per dim), either a
+    boolean (visible where it equals ``shown``) or, with ``shown`` None, an additive float bias."""
+    node: object
+    dims: tuple
+    dtype: torch.dtype
+    shown: Optional[bool]
 
 
 def _collective(v: Value):
@@ -68,7 +81,8 @@ def _collective(v: Value):
 def read_logits(tv: TV, I: Interpreter, key_dim: Optional[int] = None) -> IndexerForm:
     A = I.A
     out_dtype = tv.dtype
-    v, conds, fills, additive = peel_masks(tv.value)
+    biases = []
+    v, conds, fills, additive = peel_masks(tv.value, biases)
     v, collective = _collective(v)
 
     # -- weighted head sum, possibly times per-row factors ---------------------------------
@@ -127,7 +141,7 @@ def read_logits(tv: TV, I: Interpreter, key_dim: Optional[int] = None) -> Indexe
             errors.append(str(e))
             continue
         form.scale, form.out_dtype, form.collective = scale, out_dtype, collective
-        _attach_mask(I, form, conds, fills, additive)
+        _attach_mask(I, form, conds, fills, additive, biases)
         return form
     # prefer the reason from the orientation where q carries more of the summed indices
     raise Reject(errors[1] if len(H & deps(tb, A)) > len(H & deps(ta, A)) else errors[0])
@@ -193,13 +207,44 @@ def _assign(I, qv, kv, wterms, C, H, out_dims, key_dim) -> IndexerForm:
                        q_value=qv, k_value=kv)
 
 
-def _attach_mask(I, form: IndexerForm, conds, fills, additive):
-    if not conds:
+def _data_masks(I, conds, biases, keys):
+    """(provable conditions, [DataMask]): opaque conditions, and readable ones that read a tensor
+    indexed by the key (``pad[b, j] == 1``: data, not a range), become their boolean tensors,
+    split through ~, & (and | of hidden conditions, De Morgan) so that provable parts keep their range."""
+    A, ranged, data = I.A, [], []
+    keys = {A.find(a) for a in keys}
+
+    def reads_keys(c):
+        return any(dims is not None and {A.find(x) for d in dims for x in A.flat_dim(d)} & keys
+                   for _, _, dims in c.leaves)
+
+    def visible(c, shown):
+        if c.expr is not None and not reads_keys(c):
+            ranged.append(c if shown else negate(c))
+            return
+        logic = c.logic or ("",)
+        if logic[0] == "not":
+            visible(logic[1], not shown)
+        elif logic[0] == ("and" if shown else "or"):
+            visible(logic[1], shown)
+            visible(logic[2], shown)
+        elif c.origin is None:
+            raise Reject("a mask given as data is not a tensor of the graph")
+        else:
+            data.append(DataMask(c.origin, A.flat_dims(c.origin_dims), torch.bool, shown))
+    for c in conds:
+        visible(*((c.cond, c.shown) if isinstance(c, Opaque) else (c, True)))
+    for b in biases:
+        t = term_of(b, I.A)
+        data.append(DataMask(t.node, t.dims, t.dtype, None))
+    return ranged, data
+
+
+def _attach_mask(I, form: IndexerForm, conds, fills, additive, biases):
+    if not conds and not biases:
         return
     A = I.A
-    if any(c.expr is None for c in conds):
-        raise Reject("the mask is not built from arange/iota (an opaque boolean tensor: a mask given as data, "
-                     "e.g. an attention_mask input, is not provably a per-row key range)")
+    conds, data = _data_masks(I, conds, biases, form.keys)
     bad = [f for f in fills if not is_minus_inf_like(f, form.out_dtype)]
     if bad:
         raise Reject(f"mask fill value {bad[0]} is not -inf or finfo({dtype_name(form.out_dtype)}).min")
@@ -207,6 +252,24 @@ def _attach_mask(I, form: IndexerForm, conds, fills, additive):
         raise Reject("masks with different fill values")
     if additive > 1 and fills[0] != -math.inf:
         raise Reject("several additive finite masks (their sum is not the fill value)")
+    if biases:
+        if len(biases) > 1:
+            raise Reject("several tensors added to the scores as data (the op takes one additive bias)")
+        if fills and fills[0] != -math.inf:
+            raise Reject(f"a mask filled with {fills[0]:g} and an additive bias given as data: with a bias "
+                         "added, only a -inf fill stays the same hidden value")
+        if any(d.shown is not None for d in data):
+            raise Reject("a boolean mask and an additive bias both given as data (the op takes one)")
+    rk = {A.find(a) for a in form.rows + form.keys}
+    for d in data:
+        if not {A.find(x) for dim in d.dims for x in dim} <= rk:
+            raise Reject("a mask given as data depends on an index that is neither a row nor the key index "
+                         "(a per-head bias, or dims that do not line up with the scores)")
+    form.data = tuple(data)
+    form.additive = additive > 0 or bool(biases)
+    form.fill = fills[0] if fills else -math.inf
+    if not conds:
+        return
     visible = A.resolve(sympy.And(*[c.expr for c in conds]))
     leaves = tuple(l for c in conds for l in c.leaves)
     if any(dims is None for _, _, dims in leaves):
@@ -215,12 +278,8 @@ def _attach_mask(I, form: IndexerForm, conds, fills, additive):
     for _, node, dims in leaves:
         dmask |= {x for d in dims for x in A.flat_dim(d)}
     dmask = {A.find(a) for a in dmask}
-    rows, keys = set(form.rows), set(form.keys)
-    if not dmask <= rows | keys:
+    if not dmask <= set(form.rows) | set(form.keys):
         raise Reject("the mask depends on an index that is neither a row nor the key index")
-    for _, node, dims in leaves:
-        if {x for d in dims for x in A.flat_dim(d)} & keys:
-            raise Reject("the mask reads a tensor indexed by the key index")
     if len(form.keys) == 1:
         col = A.symbol(form.keys[0])
     else:
@@ -241,8 +300,6 @@ def _attach_mask(I, form: IndexerForm, conds, fills, additive):
         visible = visible.xreplace(subs)
     form.ranges = per_row_range(visible, col)
     form.key_symbol = col
-    form.fill = fills[0]
-    form.additive = additive > 0
     form.mask_leaves = leaves
 
 
@@ -260,7 +317,8 @@ def render(form: IndexerForm, A, op: str, topk=None) -> str:
              f"head_dim {atoms(form.contract)} keys {atoms(form.keys)}",
              f"  q       {dims(form.q.dims)} {dt(form.q.dtype)} -> [rows, heads, head_dim]",
              f"  k       {dims(form.k.dims)} {dt(form.k.dtype)} -> "
-             + ("[batch*keys, head_dim], ranges offset by batch*keys" if form.batch else "[keys, head_dim]"),
+             + ("[keys, head_dim]" if not form.batch else "[batch, keys, head_dim], one call per batch"
+                if form.data else "[batch*keys, head_dim], ranges offset by batch*keys"),
              "  weights " + (" * ".join(dims(w.dims) for w in form.weights) or "1")
              + (f" * {form.scale:.6g}" if form.scale != 1.0 else "") + " -> [rows, heads]"]
     if form.collective is not None:
@@ -273,6 +331,11 @@ def render(form: IndexerForm, A, op: str, topk=None) -> str:
         end = "keys" if form.ranges.k_end is None else expr(form.ranges.k_end)
         lines.append(f"  ranges  {start} <= key < {end}"
                      + (f" if {expr(form.ranges.row_cond)}" if form.ranges.row_cond is not None else ""))
+    for d in form.data:
+        kind = (f"bool, visible where {d.shown}" if d.shown is not None
+                else f"additive {dt(d.dtype)} bias, -inf hides")
+        lines.append(f"  mask    data {dims(d.dims)} ({kind}) -> mask=[rows, keys]")
+    if form.ranges is not None or form.data:
         lines.append(f"  fill    {form.fill:g} ({'added' if form.additive else 'selected'})")
     out = [("k" if i == form.key_dim and topk is not None else
             "*".join(names.get(A.find(a), "_") for a in d) or "1") for i, d in enumerate(form.out_dims)]

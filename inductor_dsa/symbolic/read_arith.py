@@ -310,11 +310,13 @@ def _logic(I, node, depth):
     ba, bb = I.bool_of(a), I.bool_of(b)
     if ba is None or bb is None:
         return None
-    if ba.expr is None or bb.expr is None:
-        expr = None
-    else:
-        expr = _LOGIC[packet(node)](ba.expr, bb.expr)
-    return TV(I.new_index(expr, [a, b], is_bool=True), dims, torch.bool)
+    op = _LOGIC[packet(node)]
+    if ba.expr is not None and bb.expr is not None:
+        return TV(I.new_index(op(ba.expr, bb.expr), [a, b], is_bool=True), dims, torch.bool)
+    out = I.new_index(None, [a, b], is_bool=True)
+    if op is not sympy.Xor:  # opaque: remember the conjunction / disjunction (masks given as data)
+        out.logic = ("and" if op is sympy.And else "or", ba, bb)
+    return TV(out, dims, torch.bool)
 
 
 @ARITH.handles(aten.logical_not, aten.bitwise_not)
@@ -323,8 +325,10 @@ def _not(I, node, depth):
     bx = I.bool_of(x)
     if bx is None:
         return None
-    expr = None if bx.expr is None else sympy.Not(bx.expr)
-    return TV(I.new_index(expr, [x], is_bool=True), x.dims, torch.bool)
+    out = I.new_index(None if bx.expr is None else sympy.Not(bx.expr), [x], is_bool=True)
+    if bx.expr is None:
+        out.logic = ("not", bx)
+    return TV(out, x.dims, torch.bool)
 
 
 @ARITH.handles(aten.where)

@@ -91,11 +91,14 @@ class AllReduce(Value):
 class Index(Value):
     """An integer or boolean tensor known as a sympy expression of atom symbols.
 
-    ``expr`` is None for an opaque boolean (a mask we cannot read).
+    ``expr`` is None for an opaque boolean (a mask we cannot read). ``logic`` says how a boolean was
+    built from others (each with its own ``origin`` tensor), where that is known: ("not", x) |
+    ("and", a, b) | ("or", a, b); the patterns use it to pass opaque parts of a mask as data.
     """
     expr: Optional[sympy.Basic]
     is_bool: bool = False
     leaves: tuple = ()  # (function symbol, node, dims or None) of opaque integer tensors used
+    logic: Optional[tuple] = None
 
 
 @dataclass(eq=False)
