@@ -388,6 +388,16 @@ def v32_style_index_put(q, k, w):
     return logits.topk(4, dim=-1).indices.to(torch.int32)
 
 
+def transformers_mask_4d(q, k, w):
+    """transformers' mask utilities build a [B, 1, S, T] causal mask from aranges (kv_idx <= q_idx,
+    expanded); the V3.2 / GLM attention passes ``attention_mask[:, 0, :, :]`` (a select of the
+    size-1 head dim) to the indexer, which masks its [B, S, T] scores with masked_fill(~mask)."""
+    qi, kv = torch.arange(q.shape[0]), torch.arange(k.shape[0])
+    mask = (kv[None, None, None, :] <= qi[None, None, :, None]).expand(1, -1, q.shape[0], k.shape[0])
+    s = (_s(q, k).relu() * w.unsqueeze(-1)).sum(1)[None]
+    return s.masked_fill(~mask[:, 0, :, :], float("-inf")).topk(4, dim=-1).indices.to(torch.int32)
+
+
 # ---- masks given as data (tensors the range proof cannot read: passed to the op's mask=) ----------
 def _hidden(shape, seed, p=0.5):
     """A random bool tensor, True with probability ``p`` (rows with fewer visible keys than k occur)."""
@@ -506,6 +516,9 @@ CASES = [
     Case("logits_finfo_added_window", logits_finfo_added, _qkw, {"indexer_logits": 1}, kind="logits",
          dtypes=(torch.float32, torch.bfloat16)),
     Case("v32_style_index_put_int32", v32_style_index_put, _qkw, {"indexer_topk": 1}),
+    Case("transformers_mask_4d_select", transformers_mask_4d, _qkw, {"indexer_topk": 1}),
+
+
     Case("data_bool_mask_tk", data_bool_tk, _with_data((T, K)), {"indexer_topk": 1}, outputs="both"),
     Case("data_bool_mask_1tk_broadcast", data_bool_broadcast_1tk, _with_data((1, T, K)), {"indexer_topk": 1},
          outputs="both"),

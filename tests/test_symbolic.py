@@ -114,3 +114,54 @@ def test_splice_call_rejects_a_diagonal_operand():
     for dims in (((i,), (j,)), ((i, j),), ((j,), (), (i,)), ()):
         call = Call(form, A, [SimpleNamespace(node=x, dims=dims)], [n])
         assert call.args() == [x, n]
+
+
+def _traced(f, *inputs):
+    """``f`` traced to an FX graph with fake values on every node, and its output node."""
+    gm = fx.symbolic_trace(f)
+    from torch.fx.passes.shape_prop import ShapeProp
+    ShapeProp(gm).propagate(*inputs)
+    for n in gm.graph.nodes:
+        if "tensor_meta" in n.meta:
+            tm = n.meta["tensor_meta"]
+            n.meta["val"] = torch.empty(tm.shape, dtype=tm.dtype)
+    return gm.graph, [n for n in gm.graph.nodes if n.op == "output"][0].args[0]
+
+
+def test_select_of_a_size_one_dim_is_a_squeeze():
+    """x[:, 0] of a size-1 dim (transformers' ``attention_mask[:, 0]``) reads through; a select
+    from a longer dim picks one slice of data and stays an opaque leaf."""
+    core = HandlerSet.chain("core", LAYOUT, ARITH)
+    graph, out = _traced(lambda x: aten.relu(aten.select(x, 1, 0)), torch.randn(2, 1, 3, 5))
+    tv = Interpreter(graph, core).ev(out)
+    assert isinstance(tv.value, Relu) and tv.value.x.node.name == "x" and len(tv.dims) == 3
+    graph, out = _traced(lambda x: aten.relu(aten.select(x, 1, 1)), torch.randn(2, 2, 3, 5))
+    tv = Interpreter(graph, core).ev(out)
+    assert isinstance(tv.value, Relu) and tv.value.x.node.name == "select"
+
+
+def _reuse_deep_and_shallow(x):
+    h = aten.mul(x, 2.0)          # used twice: right under the output, and 6 products deeper
+    y = h
+    for _ in range(6):
+        y = aten.mul(y, 1.5)
+    return aten.add(h, y)
+
+
+def test_copies_of_reused_tensors_stop_at_copy_depth():
+    """With ``copy_reused``, a tensor met again within ``copy_depth`` ops of where reading started
+    is read again as a fresh copy; deeper it is a fresh opaque leaf (exact, new atoms): the copies
+    stay bounded in deep graphs (a layer's hidden states reach back through the previous layer)."""
+    core = HandlerSet.chain("core", LAYOUT, ARITH)
+    graph, out = _traced(_reuse_deep_and_shallow, torch.randn(3, 4))
+    for copy_depth, read in ((16, True), (4, False)):
+        I = Interpreter(graph, core, copy_reused=True, copy_depth=copy_depth)
+        tv = I.ev(out)
+        shallow, inner = tv.value.a, tv.value.b
+        assert isinstance(shallow, Mul) and isinstance(shallow.factors[0], Leaf)  # h = x * 2, read
+        for _ in range(6):
+            inner = inner.factors[0]  # through the six products
+        assert isinstance(inner, Mul) == read
+        if not read:
+            assert isinstance(inner, Leaf) and inner.node is shallow.origin
+            assert inner.dims != shallow.factors[0].dims  # new atoms (the add then unifies them)

@@ -73,6 +73,18 @@ def _squeeze(I, node, depth):
     return TV(x.value, tuple(x.dims[i] for i in keep), x.dtype)
 
 
+@LAYOUT.handles(aten.select, shape=True)
+def _select(I, node, depth):
+    """``x.select(d, 0)`` of a size-1 dim is a squeeze (transformers' ``attention_mask[:, 0]`` of its
+    ``[B, 1, S, T]`` mask); selecting from a longer dim is not read."""
+    in_shape = list(node.args[0].meta["val"].shape)
+    d = norm_dim(node.args[1], len(in_shape))
+    if not I.A.shapes.is_one(as_expr(in_shape[d])):
+        return None
+    x = I.ev(node.args[0], depth)
+    return TV(x.value, x.dims[:d] + x.dims[d + 1:], x.dtype)
+
+
 @LAYOUT.handles(aten.expand, shape=True)
 def _expand(I, node, depth):
     x = I.ev(node.args[0], depth)

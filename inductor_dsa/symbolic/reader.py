@@ -121,10 +121,14 @@ class Interpreter:
     where an op aligns them (broadcast, contraction). Without it every use shares the node's
     atoms, so a tensor used at two positions (``i[:, None] >= i[None, :]`` of one arange, q and k
     both projected from the same hidden states) reads as a diagonal: exact, but it never matches.
+    Copies are read only within ``copy_depth`` non-shape ops of where reading started; a node met
+    again deeper is a fresh opaque leaf (exact, new atoms): in a model the hidden states reach back
+    through the whole previous layer, whose reused tensors would otherwise be copied per path.
     ``max_reads`` bounds the work of the copies."""
 
     def __init__(self, graph: fx.Graph, handlers: HandlerSet, shapes: Optional[Shapes] = None,
-                 max_depth: int = 16, copy_reused: bool = False, max_reads: int = 20000):
+                 max_depth: int = 16, copy_reused: bool = False, max_reads: int = 20000,
+                 copy_depth: int = 4):
         self.graph = graph
         self.handlers = handlers
         self.A = Atoms(shapes or Shapes(shape_env_of(graph)))
@@ -133,6 +137,7 @@ class Interpreter:
         self.notes: list[str] = []  # why nodes became leaves (for debugging)
         self._nfun = 0
         self.copy_reused, self.max_reads, self._reads = copy_reused, max_reads, 0
+        self.copy_depth = copy_depth
 
     # ---- entry points ----------------------------------------------------------------------
     def ev(self, arg, depth: int = 0) -> TV:
@@ -141,6 +146,8 @@ class Interpreter:
         if arg in self.memo:
             if not self.copy_reused:
                 return self.memo[arg]
+            if depth > self.copy_depth:
+                return self.fresh_leaf(arg)
             outer, self.memo = self.memo, {}
             try:
                 return self.ev(arg, depth)
@@ -189,6 +196,12 @@ class Interpreter:
         if isinstance(x, float):
             return TV(Const(x), (), None)
         raise Reject(f"unsupported scalar argument {x!r}")
+
+    def fresh_leaf(self, node: fx.Node) -> TV:
+        """``node`` as an opaque leaf at new atoms (not memoised): a copy that is not read again."""
+        tv = self.leaf(node)
+        tv.value.origin, tv.value.origin_dims = node, tv.dims
+        return tv
 
     def leaf(self, node: fx.Node) -> TV:
         val = node.meta["val"]
