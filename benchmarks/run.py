@@ -251,6 +251,9 @@ def main(argv=None) -> int:
     print(f"[run] {env['device']}, torch {env.get('torch')}, triton {env.get('triton')}; mode {mode}; "
           f"budget {args.budget:.0f} s; writing {out_dir}/", flush=True)
     only = set(args.only.split(",")) if args.only else None
+    # Ctrl-C ends the run even where SIGINT came in ignored (a background job of a shell without
+    # job control, e.g. `cmd &` in a script): Python then keeps SIG_IGN and never raises.
+    signal.signal(signal.SIGINT, signal.default_int_handler)
     results = {}
     for spec in BENCHES:
         if (only and spec["name"] not in only) or (not only and spec["optional"] and not args.with_example):
