@@ -327,8 +327,9 @@ def paged_cache(kv_cache, block_table, context_lens, fmt, fp8_flavor, head_dim_:
     return dict(B=b, max_pages=block_table.shape[1], num_pages=kv_cache.shape[0], D=head_dim_)
 
 
-def paged(q, q_scale, kv_cache, weights, block_table, context_lens, fmt, fp8_flavor) -> dict:
-    """Validate the paged indexer operands; returns B, N, H, D, max_pages, num_pages, q_fmt."""
+def paged(q, q_scale, kv_cache, weights, block_table, context_lens, fmt, fp8_flavor, table=None) -> dict:
+    """Validate the paged indexer operands; returns B, N, H, D, max_pages, num_pages, q_fmt.
+    ``table``: None, or (MXFP4 only) 16 bf16/fp16/fp32 values of the codes on the cache's device."""
     q, weights = tensor(q, "q"), tensor(weights, "weights")
     if q_scale is None and q.dtype not in FLOAT_DTYPES:
         raise TypeError(f"q must be bf16/fp16/fp32 [B, N, H, D] or an MXFP4 pair, got {q.dtype}")
@@ -346,7 +347,13 @@ def paged(q, q_scale, kv_cache, weights, block_table, context_lens, fmt, fp8_fla
         raise ValueError(f"weights must have shape ({b}, {n}, {h}) = [B, N, H] of q, got {tuple(weights.shape)}")
     if weights.dtype not in FLOAT_DTYPES:
         raise TypeError(f"weights must be bf16/fp16/fp32, got {weights.dtype}")
-    same_device([("q", q), ("q scales", q_scale), ("weights", weights), ("kv_cache", kv_cache)])
+    if table is not None:
+        table = tensor(table, "table")
+        if fmt != "mxfp4":
+            raise ValueError(f"table decodes MXFP4 codes: it needs fmt='mxfp4', got {fmt!r}")
+        if table.dtype not in FLOAT_DTYPES or tuple(table.shape) != (16,):
+            raise TypeError(f"table must be 16 bf16/fp16/fp32 values [16], got {table.dtype} {tuple(table.shape)}")
+    same_device([("q", q), ("q scales", q_scale), ("weights", weights), ("kv_cache", kv_cache), ("table", table)])
     info.update(N=n, H=h, q_fmt=qf)
     return info
 

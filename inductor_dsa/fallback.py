@@ -139,12 +139,13 @@ def sparse_attention(q, kv, indices, sink, scale: float):
 
 # --- paged (decode) indexer --------------------------------------------------------------------
 
-def paged_keys(kv_cache, block_table, context_lens, fmt, head_dim, fp8_flavor="fn", dtype=torch.float32):
-    """Decoded keys [B, max_len, D] (``dtype``), max_len = block_table.shape[1] * 64: row j of
+def paged_keys(kv_cache, block_table, context_lens, fmt, head_dim, fp8_flavor="fn", dtype=torch.float32, table=None):
+    """Decoded keys [B, max_len, D] (``dtype``; MXFP4 through ``table`` when given, as
+    ``formats.mxfp4_decode``), max_len = block_table.shape[1] * 64: row j of
     request b is cache row ``j % 64`` of page ``block_table[b, j // 64]``; rows at or past
     ``clamp(context_lens[b], 0, max_len)`` and rows of page ids outside [0, num_pages) are zero."""
     payload, scale = formats.unpack_pages(kv_cache, fmt, head_dim)
-    keys = formats.decode_rows(payload, scale, fmt, fp8_flavor).to(dtype)
+    keys = formats.decode_rows(payload, scale, fmt, fp8_flavor, table).to(dtype)
     b, pages = block_table.shape
     max_len = pages * formats.PAGE_ROWS
     if keys.shape[0] == 0:
@@ -164,11 +165,11 @@ def paged_visible(context_lens, n: int, max_len: int) -> torch.Tensor:
     return (torch.arange(max_len, device=ctx.device) < ctx).expand(-1, n, max_len)
 
 
-def paged_indexer_logits(q, q_scale, kv_cache, weights, block_table, context_lens, fmt, fp8_flavor):
+def paged_indexer_logits(q, q_scale, kv_cache, weights, block_table, context_lens, fmt, fp8_flavor, table=None):
     """fp32 [B, N, max_len]: sum_h w[b, n, h] relu(q[b, n, h] . key_b[j]), -inf at j >= context_lens[b]."""
     qf = dequantize(q, q_scale)
     n = qf.shape[1]
-    keys = paged_keys(kv_cache, block_table, context_lens, fmt, qf.shape[-1], fp8_flavor)
+    keys = paged_keys(kv_cache, block_table, context_lens, fmt, qf.shape[-1], fp8_flavor, table=table)
     logits = _head_sum(qf, keys, dequantize(weights))
     return logits.masked_fill(~paged_visible(context_lens, n, keys.shape[1]), float("-inf"))
 

@@ -67,8 +67,9 @@ def mxfp4_encode(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     return packed.contiguous(), (e + 127).to(torch.uint8)
 
 
-def mxfp4_decode(packed: torch.Tensor, scale: torch.Tensor, dtype=torch.float32) -> torch.Tensor:
-    """Decode (codes uint8 [..., D/2], E8M0 uint8 [..., D/32]) to ``dtype [..., D]``."""
+def mxfp4_decode(packed: torch.Tensor, scale: torch.Tensor, dtype=torch.float32, table=None) -> torch.Tensor:
+    """Decode (codes uint8 [..., D/2], E8M0 uint8 [..., D/32]) to ``dtype [..., D]``: fp32
+    value[code] * 2^(s - 127), value = E2M1, or the 16 floats of ``table`` (fp32 product, rounded)."""
     if packed.dtype != torch.uint8 or scale.dtype != torch.uint8:
         raise TypeError(f"MXFP4 codes and scales must be uint8, got {packed.dtype}, {scale.dtype}")
     d = packed.shape[-1] * 2
@@ -76,7 +77,7 @@ def mxfp4_decode(packed: torch.Tensor, scale: torch.Tensor, dtype=torch.float32)
         raise ValueError(f"MXFP4 scale shape {tuple(scale.shape)} does not fit codes {tuple(packed.shape)}")
     lut = torch.tensor(E2M1_VALUES, dtype=torch.float32, device=packed.device)
     codes = torch.stack([packed & 0xF, packed >> 4], dim=-1).reshape(*packed.shape[:-1], d).long()
-    vals = lut[codes & 7] * torch.where(codes >= 8, -1.0, 1.0)
+    vals = lut[codes & 7] * torch.where(codes >= 8, -1.0, 1.0) if table is None else table.float()[codes]
     s = torch.exp2(scale.float() - 127.0)
     s = torch.where(scale == 0xFF, torch.nan, s)
     return (vals.reshape(*packed.shape[:-1], -1, MXFP4_BLOCK) * s.unsqueeze(-1)).reshape(vals.shape).to(dtype)
@@ -156,10 +157,11 @@ def encode_rows(x: torch.Tensor, fmt: str, flavor: str = "fn") -> tuple[torch.Te
     raise ValueError(f"fmt must be one of {FMTS}, got {fmt!r}")
 
 
-def decode_rows(payload: torch.Tensor, scale: torch.Tensor, fmt: str, flavor: str = "fn") -> torch.Tensor:
-    """Decode cache-row bytes (payload uint8 [R, A], scale uint8 [R, S]) to fp32 [R, D]."""
+def decode_rows(payload: torch.Tensor, scale: torch.Tensor, fmt: str, flavor: str = "fn", table=None) -> torch.Tensor:
+    """Decode cache-row bytes (payload uint8 [R, A], scale uint8 [R, S]) to fp32 [R, D]; MXFP4
+    codes through ``table`` (16 floats) when given."""
     if fmt == "mxfp4":
-        return mxfp4_decode(payload, scale)
+        return mxfp4_decode(payload, scale, table=table)
     if fmt == "fp8":
         vals = payload.contiguous().view(FP8_DTYPES[flavor])
         return fp8_decode_rows(vals, scale.contiguous().view(torch.float32).reshape(-1))

@@ -196,35 +196,38 @@ def _paged_len(block_table: Tensor) -> int:
 
 @_op
 def paged_indexer_logits(q: Tensor, q_scale: Optional[Tensor], kv_cache: Tensor, weights: Tensor,
-                         block_table: Tensor, context_lens: Tensor, fmt: str, fp8_flavor: str) -> Tensor:
-    checks.paged(q, q_scale, kv_cache, weights, block_table, context_lens, fmt, fp8_flavor)
+                         block_table: Tensor, context_lens: Tensor, fmt: str, fp8_flavor: str,
+                         table: Optional[Tensor] = None) -> Tensor:
+    checks.paged(q, q_scale, kv_cache, weights, block_table, context_lens, fmt, fp8_flavor, table)
     if configs.use_kernels(q.device):
         from .kernels import paged_launch
-        return paged_launch.paged_logits(q, q_scale, kv_cache, weights, block_table, context_lens, fmt, fp8_flavor)
-    return fallback.paged_indexer_logits(q, q_scale, kv_cache, weights, block_table, context_lens, fmt, fp8_flavor)
+        return paged_launch.paged_logits(q, q_scale, kv_cache, weights, block_table, context_lens, fmt, fp8_flavor,
+                                         table)
+    return fallback.paged_indexer_logits(q, q_scale, kv_cache, weights, block_table, context_lens, fmt, fp8_flavor,
+                                         table)
 
 
 @_fake(paged_indexer_logits)
-def _(q, q_scale, kv_cache, weights, block_table, context_lens, fmt, fp8_flavor):
+def _(q, q_scale, kv_cache, weights, block_table, context_lens, fmt, fp8_flavor, table=None):
     return q.new_empty((q.shape[0], q.shape[1], _paged_len(block_table)), dtype=torch.float32)
 
 
 @_op
 def paged_indexer_topk(q: Tensor, q_scale: Optional[Tensor], kv_cache: Tensor, weights: Tensor,
                        block_table: Tensor, context_lens: Tensor, topk: int, fmt: str,
-                       fp8_flavor: str) -> tuple[Tensor, Tensor]:
-    checks.paged(q, q_scale, kv_cache, weights, block_table, context_lens, fmt, fp8_flavor)
+                       fp8_flavor: str, table: Optional[Tensor] = None) -> tuple[Tensor, Tensor]:
+    checks.paged(q, q_scale, kv_cache, weights, block_table, context_lens, fmt, fp8_flavor, table)
     checks.topk_arg(topk)
     if configs.use_kernels(q.device) and topk <= TOPK_FUSED_MAX:
         from .kernels import paged_launch
         return paged_launch.paged_topk(q, q_scale, kv_cache, weights, block_table, context_lens, topk,
-                                       fmt, fp8_flavor)
-    logits = paged_indexer_logits(q, q_scale, kv_cache, weights, block_table, context_lens, fmt, fp8_flavor)
+                                       fmt, fp8_flavor, table)
+    logits = paged_indexer_logits(q, q_scale, kv_cache, weights, block_table, context_lens, fmt, fp8_flavor, table)
     return fallback.paged_topk(logits, context_lens, topk)
 
 
 @_fake(paged_indexer_topk)
-def _(q, q_scale, kv_cache, weights, block_table, context_lens, topk, fmt, fp8_flavor):
+def _(q, q_scale, kv_cache, weights, block_table, context_lens, topk, fmt, fp8_flavor, table=None):
     shape = (q.shape[0], q.shape[1], topk)
     return q.new_empty(shape, dtype=torch.float32), q.new_empty(shape, dtype=torch.int32)
 

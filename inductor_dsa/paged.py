@@ -63,27 +63,30 @@ def _checked(check_values, q, q_scale, kv_cache, weights, block_table, context_l
 
 
 def paged_indexer_logits(q, kv_cache, weights, block_table, context_lens, *, fmt="mxfp4", fp8_flavor="fn",
-                         check_values=None) -> torch.Tensor:
+                         check_values=None, table=None) -> torch.Tensor:
     """fp32 [B, N, max_len] indexer logits, max_len = block_table.shape[1] * 64; columns
-    j >= context_lens[b] are -inf. (A dense output; use ``paged_indexer_topk`` to never build it.)"""
+    j >= context_lens[b] are -inf. (A dense output; use ``paged_indexer_topk`` to never build it.)
+    ``table`` (MXFP4): 16 floats decoding the codes instead of E2M1, key = fp32(table[code] * 2^(s - 127))."""
     q, q_scale = _split_q(q)
     _checked(check_values, q, q_scale, kv_cache, weights, block_table, context_lens, fmt, fp8_flavor)
-    return ops.paged_indexer_logits(q, q_scale, kv_cache, weights, block_table, context_lens, fmt, fp8_flavor)
+    return ops.paged_indexer_logits(q, q_scale, kv_cache, weights, block_table, context_lens, fmt, fp8_flavor, table)
 
 
 def paged_indexer_topk(q, kv_cache, weights, block_table, context_lens, topk, *, fmt="mxfp4", fp8_flavor="fn",
-                       check_values=None):
+                       check_values=None, table=None):
     """(values fp32 [B, N, topk], indices int32 [B, N, topk]) of the largest visible logits per query
     token: request-local row numbers j < context_lens[b], sorted by descending score (ties: lower
     row first), slots past the visible count hold -1 / -inf. NaN scores rank lowest.
 
     One fused kernel family: page walk, in-register decode, dot with all heads, relu, weighted
     head sum and top-k; long contexts are split across programs and the partial top-ks merged
-    (kernels/paged_indexer.py). topk > 2048 falls back to the logits kernel plus a device sort."""
+    (kernels/paged_indexer.py). topk > 2048 falls back to the logits kernel plus a device sort.
+    ``table``: as in ``paged_indexer_logits``."""
     topk = checks.topk_arg(topk)
     q, q_scale = _split_q(q)
     _checked(check_values, q, q_scale, kv_cache, weights, block_table, context_lens, fmt, fp8_flavor)
-    return ops.paged_indexer_topk(q, q_scale, kv_cache, weights, block_table, context_lens, topk, fmt, fp8_flavor)
+    return ops.paged_indexer_topk(q, q_scale, kv_cache, weights, block_table, context_lens, topk, fmt, fp8_flavor,
+                                  table)
 
 
 def paged_gather(kv_cache, block_table, context_lens, *, fmt="mxfp4", fp8_flavor="fn", total_rows=None,

@@ -169,13 +169,14 @@ def sparse_attention(q, kv, indices, sink=None, scale=None):
 
 # --- paged (decode) indexer: docs/semantics.md, "Paged key cache" ----------------------------
 
-def paged_keys(kv_cache, block_table, context_lens, fmt="mxfp4", head_dim=128, fp8_flavor="fn"):
+def paged_keys(kv_cache, block_table, context_lens, fmt="mxfp4", head_dim=128, fp8_flavor="fn", table=None):
     """``fallback.paged_keys`` in float64: an out-of-range page id inside the context reads as an
-    all-zero key row (score 0), rows past the context are zero."""
-    return fallback.paged_keys(kv_cache, block_table, context_lens, fmt, head_dim, fp8_flavor, torch.float64)
+    all-zero key row (score 0), rows past the context are zero. ``table``: 16 floats decoding the
+    MXFP4 codes, key = fp32(table[code] * 2^(s - 127)) (the fp32 key is exact in float64)."""
+    return fallback.paged_keys(kv_cache, block_table, context_lens, fmt, head_dim, fp8_flavor, torch.float64, table)
 
 
-def paged_indexer_logits(q, kv_cache, weights, block_table, context_lens, fmt="mxfp4", fp8_flavor="fn"):
+def paged_indexer_logits(q, kv_cache, weights, block_table, context_lens, fmt="mxfp4", fp8_flavor="fn", table=None):
     """float64 [B, N, max_len] decode indexer logits over a paged key cache, -inf at j >= context_lens[b].
 
         logits[b, n, j] = sum_h weights[b, n, h] * relu(q[b, n, h, :] . key_b[j, :])
@@ -184,7 +185,7 @@ def paged_indexer_logits(q, kv_cache, weights, block_table, context_lens, fmt="m
     request sees the same rows j < context_lens[b] (clamped to [0, max_len]).
     """
     q64 = dequantize(q)
-    k = paged_keys(kv_cache, block_table, context_lens, fmt, q64.shape[-1], fp8_flavor)
+    k = paged_keys(kv_cache, block_table, context_lens, fmt, q64.shape[-1], fp8_flavor, table)
     scores = torch.einsum("bnhd,bjd->bnhj", q64, k).clamp_min(0)
     logits = (scores * weights.to(torch.float64).unsqueeze(-1)).sum(2)
     max_len = k.shape[1]
@@ -192,10 +193,10 @@ def paged_indexer_logits(q, kv_cache, weights, block_table, context_lens, fmt="m
     return logits.masked_fill(torch.arange(max_len, device=logits.device) >= ctx, float("-inf"))
 
 
-def paged_indexer_topk(q, kv_cache, weights, block_table, context_lens, topk, fmt="mxfp4", fp8_flavor="fn"):
+def paged_indexer_topk(q, kv_cache, weights, block_table, context_lens, topk, fmt="mxfp4", fp8_flavor="fn", table=None):
     """(values fp32 [B, N, topk], indices int32 [B, N, topk]) of ``paged_indexer_logits``:
     request-local row numbers, descending (ties: lower row), -inf / -1 past the visible count."""
-    logits = paged_indexer_logits(q, kv_cache, weights, block_table, context_lens, fmt, fp8_flavor)
+    logits = paged_indexer_logits(q, kv_cache, weights, block_table, context_lens, fmt, fp8_flavor, table)
     b, n, max_len = logits.shape
     ctx = context_lens.long().clamp(0, max_len).view(-1, 1, 1)
     visible = (torch.arange(max_len, device=logits.device) < ctx).expand(b, n, max_len)

@@ -313,20 +313,59 @@ def nm_fp64_scores(q, kv_cache, weights, block_table, context_lens):
 
 
 class LutBuffer(nn.Module):
-    """The table is a module buffer: an input of the graph, its values unknown when compiling."""
+    """The table is a module buffer: an input of the graph, its values unknown when compiling.
+    ``decode(lut, codes, sc)`` -> fp32 keys (default: both nibbles through the table, low first,
+    times 2^(E8M0 - 127) over blocks of 32)."""
 
-    def __init__(self):
+    def __init__(self, lut=E2M1_LUT, decode=None):
         super().__init__()
-        self.register_buffer("lut", torch.tensor(E2M1_LUT))
+        self.register_buffer("lut", torch.tensor(lut))
+        self.decode = decode or _lut_decode
 
     def forward(self, q, kv_cache, weights, block_table, context_lens):
         pages, bsz, n_pages = gather_pages(kv_cache, block_table)
         d, rows = q.shape[-1], n_pages * PAGE
         codes = pages[..., : PAGE * d // 2].reshape(bsz, rows, d // 2)
         sc = pages[..., PAGE * d // 2:].reshape(bsz, rows, d // 32)
-        vals = torch.stack([self.lut[(codes & 0xF).long()], self.lut[(codes >> 4).long()]], -1).flatten(-2)
-        k = vals * torch.exp2(sc.float() - 127).repeat_interleave(32, -1)
-        return _score_topk(q, k, weights, context_lens, 8)
+        return _score_topk(q, self.decode(self.lut, codes, sc), weights, context_lens, 8)
+
+
+def _scales(sc):
+    return torch.exp2(sc.float() - 127).repeat_interleave(32, -1)
+
+
+def _lut_decode(lut, codes, sc):
+    return torch.stack([lut[(codes & 0xF).long()], lut[(codes >> 4).long()]], -1).flatten(-2) * _scales(sc)
+
+
+def _lut_low_nibble_twice(lut, codes, sc):
+    return torch.stack([lut[(codes & 0xF).long()], lut[(codes & 0xF).long()]], -1).flatten(-2) * _scales(sc)
+
+
+def _lut_squared(lut, codes, sc):
+    return torch.stack([lut[(codes & 0xF).long()], lut[(codes >> 4).long()]], -1).flatten(-2) ** 2 * _scales(sc)
+
+
+def _lut_used_twice(lut, codes, sc):
+    vals = torch.stack([lut[(codes & 0xF).long()], lut[(codes >> 4).long()]], -1).flatten(-2)
+    return vals * vals.abs() * _scales(sc)
+
+
+def _lut_cast_bf16(lut, codes, sc):
+    return _lut_decode(lut, codes, sc).bfloat16().float()
+
+
+# tables for the graph-input spellings: E2M1 permuted, E2M1 scaled by a non-power of two
+_PERMUTED = tuple(E2M1_LUT[i] for i in (3, 9, 14, 0, 7, 12, 5, 1, 15, 10, 2, 8, 13, 6, 11, 4))
+_SCALED = tuple(v * 0.37 for v in E2M1_LUT)
+_LUT_MODULES = {name: LutBuffer(lut) for name, lut in (("e2m1", E2M1_LUT), ("permuted", _PERMUTED),
+                                                        ("scaled", _SCALED))}
+
+
+def _lut_module_call(name):
+    def call(*a):
+        return _LUT_MODULES[name](*a)
+    return call
 
 
 _WRONG_ENTRY = E2M1_LUT[:7] + (5.0,) + E2M1_LUT[8:]
@@ -355,7 +394,25 @@ PAGED_NEAR_MISSES = [
          reject="rounds MXFP4 values", notes="k.to(q.dtype) in fp16: 6 * 2^(s - 127) overflows or flushes"),
     Case("paged_fp64_q", nm_fp64_scores, make_decode_inputs(q_dtype=torch.float64), {},
          reject="are not one of bf16/fp16/fp32"),
-    Case("paged_lut_module_buffer", lambda *a: _LUT_MODULE(*a), make_decode_inputs(), {},
-         reject="not decoded elementwise"),
+    Case("paged_lut_buffer_low_nibble_twice", lambda *a: _LUT_NEAR["low_twice"](*a), make_decode_inputs(), {},
+         reject="indexed by something other than the nibble"),
+    Case("paged_lut_buffer_squared", lambda *a: _LUT_NEAR["squared"](*a), make_decode_inputs(), {},
+         reject="not read once as lut[nibble]"),
+    Case("paged_lut_buffer_used_twice", lambda *a: _LUT_NEAR["twice"](*a), make_decode_inputs(), {},
+         reject="not read once as lut[nibble]"),
+    Case("paged_lut_buffer_cast_bf16", lambda *a: _LUT_NEAR["bf16"](*a), make_decode_inputs(), {},
+         reject="cast to torch.bfloat16"),
 ]
-_LUT_MODULE = LutBuffer()
+_LUT_NEAR = {"low_twice": LutBuffer(decode=_lut_low_nibble_twice), "squared": LutBuffer(decode=_lut_squared),
+             "twice": LutBuffer(decode=_lut_used_twice), "bf16": LutBuffer(decode=_lut_cast_bf16)}
+# the decode table as a graph input (a module buffer): passed as the ops' table operand
+PAGED_CASES += [
+    Case("paged_lut_buffer_e2m1", _lut_module_call("e2m1"), make_decode_inputs(), {"paged_indexer_topk": 1},
+         outputs="both", notes="the E2M1 table as a module buffer (a graph input): passed as the ops' table",
+         extra={"table": E2M1_LUT}),
+    Case("paged_lut_buffer_permuted", _lut_module_call("permuted"), make_decode_inputs(), {"paged_indexer_topk": 1},
+         outputs="both", extra={"table": _PERMUTED}),
+    Case("paged_lut_buffer_scaled", _lut_module_call("scaled"), make_decode_inputs(n=2, lens=(64, 130, 7)),
+         {"paged_indexer_topk": 1}, outputs="both", notes="fp32 keys not exact in bf16: 3 bf16 key parts",
+         extra={"table": _SCALED}),
+]

@@ -344,3 +344,57 @@ def test_compiled_call_names_the_op(gen):
     assert any("inductor_dsa.paged_indexer_topk" in code for code in codes)
     ref = reference.paged_indexer_logits(*_ok_args())
     assert_paged_topk(vals / 2, idx, ref, 4)
+
+
+def _random_table(gen, dtype, spread=20):
+    """16 random floats of many magnitudes, both signs, a zero (not E2M1: any table must decode)."""
+    t = torch.randn(16, generator=gen) * torch.exp2(torch.randint(-spread, spread, (16,), generator=gen).float())
+    t[3] = 0.0
+    return t.to(dtype)
+
+
+@pytest.mark.parametrize("split", ["nosplit", "split48-bn16"], indirect=True)
+@pytest.mark.parametrize("q_dtype,t_dtype", [(torch.bfloat16, torch.float32), (torch.float32, torch.bfloat16),
+                                             (torch.float16, torch.float16)])
+def test_table_operand_matches_oracle(q_dtype, t_dtype, split, gen):
+    """MXFP4 codes decoded through a 16-entry table operand (keys fp32(table[code] * 2^(s - 127)),
+    fp32-accurate dots), top-k and logits vs the fp64 oracle of the same table; subnormal and
+    huge scale bytes included (E8M0 0 and 254 on some rows)."""
+    q, cache, w, bt, ctx = make_case(gen, d=64, ctx=[0, 70, 190])
+    spread = 4 if torch.float16 in (q_dtype, t_dtype) else 30  # fp16: no overflow
+    q = (q.float() * torch.exp2(torch.randint(-spread, spread, q.shape[:3], generator=gen).float())[..., None]).to(q_dtype)
+    for p in bt[:, :2].flatten().unique().tolist():
+        if 0 <= p < cache.shape[0]:
+            cache[p, PAGE * 32 + torch.randint(0, PAGE * 2, (4,), generator=gen)] = 0
+            cache[p, PAGE * 32 + torch.randint(0, PAGE * 2, (2,), generator=gen)] = 200
+    table = _random_table(gen, t_dtype, min(spread, 8))
+    case = (q, cache, w, bt, ctx)
+    ref = reference.paged_indexer_logits(*case, table=table)
+    assert not torch.equal(ref, reference.paged_indexer_logits(*case))  # the table is used
+    vals, idx = idsa.paged_indexer_topk(*to_device(case), 30, table=table.to(DEVICE))
+    assert_paged_topk(vals, idx, ref, 30)
+    logits = idsa.paged_indexer_logits(*to_device(case), table=table.to(DEVICE)).cpu()
+    fin = torch.isfinite(ref)
+    assert torch.equal(fin, torch.isfinite(logits))
+    assert (logits[fin].double() - ref[fin]).abs().max() <= 1e-5 * ref[fin].abs().max()
+
+
+def test_table_operand_keys_are_fp32_products(gen):
+    """The oracle's keys: fp32(table[nibble] * 2^(s - 127)), low nibble first, 2^-127 subnormal."""
+    table = _random_table(gen, torch.float32)
+    payload = torch.tensor([[0x21] + [0] * 15], dtype=torch.uint8)
+    for s in (0, 1, 127, 254):
+        k = formats.decode_rows(payload, torch.tensor([[s]], dtype=torch.uint8), "mxfp4", table=table)
+        want = (table.double()[[1, 2]] * 2.0 ** (s - 127)).float()
+        assert torch.equal(k[0, :2], want)
+
+
+def test_table_operand_rejected_when_malformed():
+    q, cache, w, bt, ctx = make_case(torch.Generator().manual_seed(0), d=32, ctx=[5])
+    for bad, err in [(torch.zeros(15), TypeError), (torch.zeros(16, dtype=torch.float64), TypeError),
+                     (torch.zeros(16, dtype=torch.int32), TypeError), (torch.zeros(2, 8), TypeError)]:
+        with pytest.raises(err, match="table must be 16"):
+            idsa.paged_indexer_topk(q, cache, w, bt, ctx, 4, table=bad)
+    fq, fcache, fw, fbt, fctx = make_case(torch.Generator().manual_seed(0), fmt="fp8", d=32, ctx=[5])
+    with pytest.raises(ValueError, match="table decodes MXFP4 codes"):
+        idsa.paged_indexer_logits(fq, fcache, fw, fbt, fctx, fmt="fp8", table=torch.zeros(16))

@@ -22,8 +22,10 @@ def _oracle(case, args):
     q, cache, w, table, lens = args
     table = torch.where(table < 0, table + cache.shape[0], table).int()
     lens = case.extra.get("lens", lambda x: x.clamp(0, 64 * table.shape[1]).int())(lens)
+    lut = case.extra.get("table")
     return reference.paged_indexer_logits(q, cache.reshape(cache.shape[0], -1), w, table, lens,
-                                          "fp8" if "fp8" in case.name else "mxfp4")
+                                          "fp8" if "fp8" in case.name else "mxfp4",
+                                          table=None if lut is None else torch.tensor(lut))
 
 
 def _check(case, args, out, eager):

@@ -111,6 +111,16 @@ def _dot(k_tile, q_tile, acc, DOT_DTYPE: tl.constexpr):
 
 
 @triton.jit
+def _dot_parts(k_tile, q_tile, q_tile_mid, q_tile_lo, acc, DOT_DTYPE: tl.constexpr):
+    """k_tile @ (q_tile + q_tile_mid + q_tile_lo) (+ acc), smallest query part first; parts may be None."""
+    if q_tile_lo is not None:
+        acc = _dot(k_tile, q_tile_lo, acc, DOT_DTYPE)
+        if q_tile_mid is not None:
+            acc = _dot(k_tile, q_tile_mid, acc, DOT_DTYPE)
+    return _dot(k_tile, q_tile, acc, DOT_DTYPE)
+
+
+@triton.jit
 def score_rows(
     q_tile,  # Q^T [D, BLOCK_T*BLOCK_H] in the dot dtype (``query_tile``)
     head_weights,  # [BLOCK_T*BLOCK_H] fp32 (``query_tile``)
@@ -122,18 +132,20 @@ def score_rows(
     DOT_DTYPE: tl.constexpr,
     q_tile_mid=None,  # the lower bf16 parts of a split query (paged ``split_query``), or None
     q_tile_lo=None,
+    k_tile_mid=None,  # the lower bf16 parts of a split fp32 key (paged table decode), or None
+    k_tile_lo=None,
 ):
     """logits^T [BLOCK_N, BLOCK_T] fp32 of a decoded key tile: sum over each token's BLOCK_H
     columns of relu(k_tile @ q_tile * row_scale) * head_weights; ``row_scale`` multiplies before
     the relu, None means 1. A query split into bf16 terms is k_tile @ (q_tile + q_tile_mid +
-    q_tile_lo), smallest part first, one fp32 accumulator."""
-    if q_tile_lo is not None:
-        acc = _dot(k_tile, q_tile_lo, None, DOT_DTYPE)
-        if q_tile_mid is not None:
-            acc = _dot(k_tile, q_tile_mid, acc, DOT_DTYPE)
-        acc = _dot(k_tile, q_tile, acc, DOT_DTYPE)
+    q_tile_lo), a split key (k_tile + k_tile_mid + k_tile_lo) @ Q likewise: every part product,
+    smallest parts first, into one fp32 accumulator."""
+    if k_tile_lo is not None:
+        acc = _dot_parts(k_tile_lo, q_tile, q_tile_mid, q_tile_lo, None, DOT_DTYPE)
+        acc = _dot_parts(k_tile_mid, q_tile, q_tile_mid, q_tile_lo, acc, DOT_DTYPE)
+        acc = _dot_parts(k_tile, q_tile, q_tile_mid, q_tile_lo, acc, DOT_DTYPE)
     else:
-        acc = _dot(k_tile, q_tile, None, DOT_DTYPE)
+        acc = _dot_parts(k_tile, q_tile, q_tile_mid, q_tile_lo, None, DOT_DTYPE)
     if row_scale is not None:
         acc = acc * row_scale[:, None]
     # relu as eager computes it: NaN stays NaN (the default max would map it to 0 on GPUs, not here)

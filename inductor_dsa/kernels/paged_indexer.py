@@ -73,15 +73,34 @@ def _page_rows(page, j0, jend, num_pages, stride_page, BLOCK_N: tl.constexpr):
 
 
 @triton.jit
-def _paged_block(qT, qT_mid, qT_lo, wv, kv_cache, page, j0, jend, num_pages, stride_page,
-                 K_FMT: tl.constexpr, FNUZ: tl.constexpr, FP8_DTYPE: tl.constexpr,
+def _table_rows(kv_cache, table, base, r, ok, BLOCK_N: tl.constexpr, D: tl.constexpr):
+    """fp32 [BLOCK_N, D] MXFP4 rows decoded through a 16-entry table, natural column order:
+    k[d] = fp32(table[nibble d] * 2^(s - 127)) (one fp32 rounding; 2^-127 as its subnormal),
+    nibble 2i / 2i + 1 the low / high half of code byte i; rows not ``ok`` are 0."""
+    codes = tl.load(kv_cache + (base + r * (D // 2))[:, None] + tl.arange(0, D // 2)[None, :], mask=ok[:, None],
+                    other=0).to(tl.int32)
+    vals = tl.load(table + tl.reshape(tl.join(codes & 15, codes >> 4), (BLOCK_N, D)))
+    s = tl.load(kv_cache + (base + PAGE * (D // 2) + r * (D // 32))[:, None] + tl.arange(0, D // 32)[None, :],
+                mask=ok[:, None], other=127).to(tl.int32)
+    bits = tl.where(s == 0, 0x00400000, tl.where(s == 255, 0x7FC00000, s << 23))  # 255: NaN (E8M0)
+    k = tl.reshape(vals, (BLOCK_N, D // 32, 32)) * bits.to(tl.float32, bitcast=True)[:, :, None]
+    return tl.where(ok[:, None], tl.reshape(k, (BLOCK_N, D)), 0.0)
+
+
+@triton.jit
+def _paged_block(qT, qT_mid, qT_lo, wv, kv_cache, table, page, j0, jend, num_pages, stride_page,
+                 K_FMT: tl.constexpr, K_TABLE: tl.constexpr, FNUZ: tl.constexpr, FP8_DTYPE: tl.constexpr,
                  BLOCK_T: tl.constexpr, BLOCK_H: tl.constexpr, BLOCK_N: tl.constexpr, D: tl.constexpr,
                  DOT_DTYPE: tl.constexpr, DEC_DTYPE: tl.constexpr, ALIGNED: tl.constexpr):
     """logits^T [BLOCK_N, BLOCK_T] of request-local rows j0 .. j0+BLOCK_N-1, all in one page
     (rows >= jend score 0), for the query tile (qT, qT_mid, qT_lo) and head weights wv of
-    ``_request_queries``."""
+    ``_request_queries``. K_TABLE: MXFP4 codes decoded through ``table`` (``_table_rows``); the
+    fp32 keys are split into three bf16 parts (``split_query``) so the dots stay fp32-accurate."""
     ok, base, r = _page_rows(page, j0, jend, num_pages, stride_page, BLOCK_N)
-    if K_FMT == FMT_MXFP4:
+    if K_TABLE:
+        k_hi, k_mid, k_lo = split_query(_table_rows(kv_cache, table, base, r, ok, BLOCK_N, D), 3, DOT_DTYPE)
+        blk = score_rows(qT, wv, k_hi, None, BLOCK_T, BLOCK_H, BLOCK_N, DOT_DTYPE, qT_mid, qT_lo, k_mid, k_lo)
+    elif K_FMT == FMT_MXFP4:
         kt = mxfp4_rows_mma(kv_cache, kv_cache, base + r * (D // 2), base + PAGE * (D // 2) + r * (D // 32), ok,
                             BLOCK_N, D, DEC_DTYPE, ALIGNED, DOT_DTYPE)
         blk = score_rows(qT, wv, kt, None, BLOCK_T, BLOCK_H, BLOCK_N, DOT_DTYPE, qT_mid, qT_lo)
@@ -123,24 +142,24 @@ def split_query(x, Q_PARTS: tl.constexpr, DOT_DTYPE: tl.constexpr):
 
 
 @triton.jit
-def _request_queries(q, q_scale, weights, t0, T, H: tl.constexpr, Q_FMT: tl.constexpr, K_FMT: tl.constexpr,
+def _request_queries(q, q_scale, weights, t0, T, H: tl.constexpr, Q_FMT: tl.constexpr, K_ORDER: tl.constexpr,
                      FNUZ: tl.constexpr, BLOCK_T: tl.constexpr, BLOCK_H: tl.constexpr, D: tl.constexpr,
                      DOT_DTYPE: tl.constexpr, Q_PARTS: tl.constexpr):
     """``query_tile`` for contiguous q [B*N, H, D] (MXFP4: codes [.., D/2], scales [.., D/32])
-    and weights [B*N, H]: fewer runtime strides, fewer scalar registers. With MXFP4 keys, Q^T's
-    rows are in the keys' ``mma_k_cols`` order. Returns (qT, qT_mid, qT_lo, wv): an fp16 / fp32
-    q (Q_PARTS 2 / 3) is loaded in fp32 and split by ``split_query``; otherwise the parts are None."""
+    and weights [B*N, H]: fewer runtime strides, fewer scalar registers. With K_ORDER (MXFP4 keys of
+    ``mxfp4_rows_mma``), Q^T's rows are in the keys' ``mma_k_cols`` order. Returns (qT, qT_mid,
+    qT_lo, wv): an fp16 / fp32 q (Q_PARTS 2 / 3) is loaded in fp32 and split by ``split_query``; otherwise the parts are None."""
     if Q_FMT == FMT_MXFP4:
         qT, wv = query_tile(q, q_scale, weights, t0, T, H, H * (D // 2), D // 2, 1, H * (D // 32), D // 32, H, 1,
-                             Q_FMT, FNUZ, BLOCK_T, BLOCK_H, D, DOT_DTYPE, K_FMT == FMT_MXFP4)
+                             Q_FMT, FNUZ, BLOCK_T, BLOCK_H, D, DOT_DTYPE, K_ORDER)
         qT_mid, qT_lo = None, None
     elif Q_PARTS == 1:
         qT, wv = query_tile(q, q_scale, weights, t0, T, H, H * D, D, 1, 0, 0, H, 1, Q_FMT, FNUZ, BLOCK_T, BLOCK_H,
-                             D, DOT_DTYPE, K_FMT == FMT_MXFP4)
+                             D, DOT_DTYPE, K_ORDER)
         qT_mid, qT_lo = None, None
     else:
         q32, wv = query_tile(q, q_scale, weights, t0, T, H, H * D, D, 1, 0, 0, H, 1, Q_FMT, FNUZ, BLOCK_T, BLOCK_H,
-                              D, tl.float32, K_FMT == FMT_MXFP4)
+                              D, tl.float32, K_ORDER)
         qT, qT_mid, qT_lo = split_query(q32, Q_PARTS, DOT_DTYPE)
     return qT, qT_mid, qT_lo, wv
 
@@ -157,6 +176,7 @@ def paged_scores_kernel(
     q_scale,  # MXFP4 q: E8M0 scales [B*N, H, D/32] uint8; else unused (q again)
     weights,  # [B*N, H] bf16/fp16/fp32, contiguous
     kv_cache,  # [num_pages, stride_page] uint8 pages (formats.py layout)
+    table,  # K_TABLE: [16] fp32 values of the MXFP4 codes; else unused (kv_cache again)
     block_table,  # [B, max_pages] int32 page ids, contiguous
     context_lens,  # [B] int32 visible rows per request
     out,  # TO_WS: fp32 workspace [programs, BLOCK_T, C]; else fp32 logits [B*N, max_pages * 64]
@@ -172,6 +192,7 @@ def paged_scores_kernel(
     H: tl.constexpr,  # heads
     Q_FMT: tl.constexpr,  # decode.FMT_* of q
     K_FMT: tl.constexpr,  # decode.FMT_* of the cache rows
+    K_TABLE: tl.constexpr,  # MXFP4 codes decoded through ``table`` (keys fp32, natural column order)
     FNUZ: tl.constexpr,  # fp8 keys are e4m3fnuz (else e4m3fn)
     FP8_DTYPE: tl.constexpr,  # the target's native fp8 type (FMT_FP8_NATIVE)
     DOT_DTYPE: tl.constexpr,  # dot operand type (fp32 under the interpreter)
@@ -208,14 +229,15 @@ def paged_scores_kernel(
             tm = (n0 + tt) < N
         if c1 > c0:
             qT, qT_mid, qT_lo, wv = _request_queries(q, q_scale, weights, b * N + n0,
-                                                     b * N + tl.minimum(N, n0 + BLOCK_T), H, Q_FMT, K_FMT, FNUZ,
+                                                     b * N + tl.minimum(N, n0 + BLOCK_T), H, Q_FMT,
+                                                     K_FMT == FMT_MXFP4 and not K_TABLE, FNUZ,
                                                      BLOCK_T, BLOCK_H, D, DOT_DTYPE, Q_PARTS)
             bt_row = block_table + b.to(tl.int64) * max_pages
             page = _page_id(bt_row, c0, c1)
             for j0 in range(c0, c1, BLOCK_N):
                 nxt = _page_id(bt_row, j0 + BLOCK_N, c1)  # prefetched one block ahead
-                blk = _paged_block(qT, qT_mid, qT_lo, wv, kv_cache, page, j0, c1, num_pages, stride_page,
-                                   K_FMT, FNUZ, FP8_DTYPE, BLOCK_T, BLOCK_H, BLOCK_N, D, DOT_DTYPE, DEC_DTYPE, ALIGNED)
+                blk = _paged_block(qT, qT_mid, qT_lo, wv, kv_cache, table, page, j0, c1, num_pages, stride_page,
+                                   K_FMT, K_TABLE, FNUZ, FP8_DTYPE, BLOCK_T, BLOCK_H, BLOCK_N, D, DOT_DTYPE, DEC_DTYPE, ALIGNED)
                 j = (j0 + tl.arange(0, BLOCK_N))[:, None]
                 tl.store(dst + j, blk, mask=tm[None, :] & (j < c1))
                 page = nxt

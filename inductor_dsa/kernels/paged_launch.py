@@ -80,25 +80,27 @@ def _dot_dtype(target: str):
 Q_PARTS = {torch.bfloat16: 1, torch.float16: 2, torch.float32: 3, torch.uint8: 1}
 
 
-def query_rows(cfg: configs.PagedConfig, q_parts: int) -> int:
+def query_rows(cfg: configs.PagedConfig, q_parts: int, table: bool = False) -> int:
     """Query rows per program: half of ``cfg.rows`` for a split query, whose 2-3 bf16 parts stay
-    resident (AOT gfx942, 4 tokens x 64 heads, fp8 keys: 14-90 B spilled at the full 256 rows)."""
-    return cfg.rows if q_parts == 1 else max(1, cfg.rows // 2)
+    resident (AOT gfx942, 4 tokens x 64 heads, fp8 keys: 14-90 B spilled at the full 256 rows),
+    and for keys decoded through a table (3 bf16 key parts: 29 B spilled at 2 x 64 of 128 rows)."""
+    return cfg.rows if q_parts == 1 and not table else max(1, cfg.rows // 2)
 
 
 def _score_args(q_shape, q_dtype, mx: bool, kv_cache, block_table_shape, fmt, fp8_flavor, target, cfg,
-                aligned4: bool):
+                aligned4: bool, table: bool):
     """Arguments of ``paged_scores_kernel`` fixed by shapes and dtypes (tensors as ``Arg``
-    placeholders: q, q_scale, weights, kv_cache, block_table, context_lens), plus (B, N, G)."""
+    placeholders: q, q_scale, weights, kv_cache, table, block_table, context_lens), plus (B, N, G);
+    ``table``: MXFP4 codes decoded through a table operand."""
     b, n, h = q_shape[:3]
     d = q_shape[3] * (2 if mx else 1)
-    hp, nt, g = tiles(n, h, query_rows(cfg, Q_PARTS[q_dtype]))
+    hp, nt, g = tiles(n, h, query_rows(cfg, Q_PARTS[q_dtype], table))
     k_fmt, fnuz, fp8_dtype = _kv_format(fmt, fp8_flavor, target)
     args = dict(q=Arg("q"), q_scale=Arg("q_scale"), weights=Arg("weights"), kv_cache=Arg("kv_cache"),
-                block_table=Arg("block_table"), context_lens=Arg("context_lens"), N=n, H=h, G=g,
+                table=Arg("table"), block_table=Arg("block_table"), context_lens=Arg("context_lens"), N=n, H=h, G=g,
                 max_pages=block_table_shape[1],
                 num_pages=kv_cache.shape[0], stride_page=kv_cache.stride(0),
-                Q_FMT=(FMT_MXFP4 if mx else FMT_TENSOR).value, K_FMT=k_fmt, FNUZ=fnuz, FP8_DTYPE=fp8_dtype,
+                Q_FMT=(FMT_MXFP4 if mx else FMT_TENSOR).value, K_FMT=k_fmt, K_TABLE=table, FNUZ=fnuz, FP8_DTYPE=fp8_dtype,
                 DOT_DTYPE=_dot_dtype(target), DEC_DTYPE=configs.decode_dtype(target), Q_PARTS=Q_PARTS[q_dtype],
                 D=d, BLOCK_H=hp, BLOCK_T=nt,
                 BLOCK_N=cfg.bn, ALIGNED=fmt != "mxfp4" or aligned4)
@@ -124,16 +126,17 @@ def _plan(key, build):
     return plan
 
 
-def _inputs(q, q_scale, kv_cache, weights, block_table, context_lens):
+def _inputs(q, q_scale, kv_cache, weights, block_table, context_lens, table):
     """(env of the kernels' input tensors, dense; the plan-key part they fix): shapes, dtypes,
     the cache's page stride, the device, every pointer's address mod 16 (Triton specialises on
     16-byte alignment; ``ALIGNED`` reads the cache's mod 4)."""
     q, w, bt, ctx = q.contiguous(), weights.contiguous(), block_table.contiguous(), context_lens.contiguous()
     qs = q if q_scale is None else q_scale.contiguous()
-    env = dict(q=q, q_scale=qs, weights=w, kv_cache=kv_cache, block_table=bt, context_lens=ctx)
+    tb = kv_cache if table is None else table.to(torch.float32).contiguous()
+    env = dict(q=q, q_scale=qs, weights=w, kv_cache=kv_cache, table=tb, block_table=bt, context_lens=ctx)
     key = (q.shape, q.dtype, q_scale is None, w.dtype, kv_cache.shape, kv_cache.stride(0), bt.shape, q.device,
            q.data_ptr() % 16, qs.data_ptr() % 16, w.data_ptr() % 16, kv_cache.data_ptr() % 16,
-           bt.data_ptr() % 16, ctx.data_ptr() % 16)
+           bt.data_ptr() % 16, ctx.data_ptr() % 16, table is None, tb.data_ptr() % 16)
     return env, key
 
 
@@ -147,15 +150,15 @@ def _config(op: str, q, q_scale, block_table, fmt, fp8_flavor, run, *extra):
     return target, autotune.pick("paged", target, q.device, configs.for_target(configs.PAGED, target), key, run)
 
 
-def paged_logits(q, q_scale, kv_cache, weights, block_table, context_lens, fmt, fp8_flavor):
+def paged_logits(q, q_scale, kv_cache, weights, block_table, context_lens, fmt, fp8_flavor, table=None):
     def run(cfg):
-        return (_paged_logits(q, q_scale, kv_cache, weights, block_table, context_lens, fmt, fp8_flavor, cfg),)
-    return run(_config("logits", q, q_scale, block_table, fmt, fp8_flavor, run)[1])[0]
+        return (_paged_logits(q, q_scale, kv_cache, weights, block_table, context_lens, fmt, fp8_flavor, table, cfg),)
+    return run(_config("logits", q, q_scale, block_table, fmt, fp8_flavor, run, table is not None)[1])[0]
 
 
-def _paged_logits(q, q_scale, kv_cache, weights, block_table, context_lens, fmt, fp8_flavor, cfg):
+def _paged_logits(q, q_scale, kv_cache, weights, block_table, context_lens, fmt, fp8_flavor, table, cfg):
     _check_cfg(cfg)
-    env, key = _inputs(q, q_scale, kv_cache, weights, block_table, context_lens)
+    env, key = _inputs(q, q_scale, kv_cache, weights, block_table, context_lens, table)
     target = configs.target_for(q.device)
     b, n = q.shape[:2]
     max_len = block_table.shape[1] * PAGE_ROWS
@@ -165,7 +168,8 @@ def _paged_logits(q, q_scale, kv_cache, weights, block_table, context_lens, fmt,
 
     def build():
         args, b, n, g = _score_args(q.shape, q.dtype, q_scale is not None, kv_cache, block_table.shape, fmt,
-                                    fp8_flavor, target, cfg, key[11] % 4 == 0 and kv_cache.stride(0) % 4 == 0)
+                                    fp8_flavor, target, cfg, key[11] % 4 == 0 and kv_cache.stride(0) % 4 == 0,
+                                    table is not None)
         lc = cdiv(cfg.logits_rows, cfg.bn) * cfg.bn
         s = cdiv(max_len, lc)
         return cfg, Launch(paged_scores_kernel, (b * g * s,), configs.launch_options(cfg, target),
@@ -192,9 +196,9 @@ def _align(words: int) -> int:
     return cdiv(words, 64) * 64  # 256-byte aligned regions: 16-byte aligned pointers, as Triton assumed
 
 
-def _topk_plan(q, q_scale, kv_cache, block_table, topk, fmt, fp8_flavor, programs, target, cfg, aligned4):
+def _topk_plan(q, q_scale, kv_cache, block_table, topk, fmt, fp8_flavor, programs, target, cfg, aligned4, table):
     args, b, n, g = _score_args(q.shape, q.dtype, q_scale is not None, kv_cache, block_table.shape, fmt, fp8_flavor,
-                                target, cfg, aligned4)
+                                target, cfg, aligned4, table)
     max_pages = block_table.shape[1]
     nprog_max = programs or configs.wave_programs(q.device, cfg.progs_per_sm)
     plan = split_plan(b, g, max_pages * PAGE_ROWS, topk, cfg, nprog_max)
@@ -243,7 +247,7 @@ def _topk_plan(q, q_scale, kv_cache, block_table, topk, fmt, fp8_flavor, program
     return TopkPlan(cfg, plan, nprog, words, offsets, tuple(launches))
 
 
-def paged_topk(q, q_scale, kv_cache, weights, block_table, context_lens, topk, fmt, fp8_flavor,
+def paged_topk(q, q_scale, kv_cache, weights, block_table, context_lens, topk, fmt, fp8_flavor, table=None,
                programs: int | None = None, stats: dict | None = None):
     """Fused paged top-k (see kernels/paged_indexer.py). ``programs`` overrides the programs per wave;
     ``stats`` (tests, benchmarks) receives the split plan and the per-list candidate counts.
@@ -252,14 +256,14 @@ def paged_topk(q, q_scale, kv_cache, weights, block_table, context_lens, topk, f
     allocations (outputs, one workspace buffer), a histogram memset when split, 2-4 launches."""
     def run(cfg, stats=None):
         return _paged_topk(q, q_scale, kv_cache, weights, block_table, context_lens, topk, fmt, fp8_flavor,
-                           programs, stats, cfg)
-    return run(_config("topk", q, q_scale, block_table, fmt, fp8_flavor, run, topk)[1], stats)
+                           table, programs, stats, cfg)
+    return run(_config("topk", q, q_scale, block_table, fmt, fp8_flavor, run, topk, table is not None)[1], stats)
 
 
-def _paged_topk(q, q_scale, kv_cache, weights, block_table, context_lens, topk, fmt, fp8_flavor, programs, stats,
-                cfg):
+def _paged_topk(q, q_scale, kv_cache, weights, block_table, context_lens, topk, fmt, fp8_flavor, table, programs,
+                stats, cfg):
     _check_cfg(cfg)
-    env, key = _inputs(q, q_scale, kv_cache, weights, block_table, context_lens)
+    env, key = _inputs(q, q_scale, kv_cache, weights, block_table, context_lens, table)
     target = configs.target_for(q.device)
     dev = q.device
     b, n = q.shape[:2]
@@ -271,7 +275,7 @@ def _paged_topk(q, q_scale, kv_cache, weights, block_table, context_lens, topk, 
         return out_values.fill_(float("-inf")), out_indices.fill_(-1)
     plan = _plan(("topk", key, topk, fmt, fp8_flavor, programs, id(cfg)),
                  lambda: _topk_plan(q, q_scale, kv_cache, block_table, topk, fmt, fp8_flavor, programs, target, cfg,
-                                    key[11] % 4 == 0 and kv_cache.stride(0) % 4 == 0))
+                                    key[11] % 4 == 0 and kv_cache.stride(0) % 4 == 0, table is not None))
     buf = torch.empty(plan.words, dtype=torch.float32, device=dev)
     env.update(out_values=out_values, out_indices=out_indices, scores=buf)
     if plan.split.splits > 1:
@@ -344,7 +348,7 @@ def _aligned(fn, sig, ints=("stride_page", "C")):
 
 
 # pointer types of every paged kernel argument (AOT signatures; the rest are i32 or constexpr)
-_POINTERS = dict(q="*bf16", q_scale="*bf16", weights="*bf16", kv_cache="*u8", block_table="*i32", context_lens="*i32",
+_POINTERS = dict(q="*bf16", q_scale="*bf16", weights="*bf16", kv_cache="*u8", table="*fp32", block_table="*i32", context_lens="*i32",
                  out="*fp32", scores="*fp32", part_values="*fp32", part_indices="*i32", histogram="*i32",
                  list_counts="*i32", cand_values="*fp32", cand_indices="*i32", out_values="*fp32", out_indices="*i32",
                  bad_counts="*i32", row_start="*i64", out_payload="*u8", out_scales="*u8")
@@ -369,7 +373,7 @@ def aot_variants(target: str, cfg: configs.PagedConfig, head_dim: int = 128, hea
             parts, q_ptr = Q_PARTS[q_dt], _Q_POINTER[q_dt]
             for n_tok in n_toks:
                 hp, nt, _ = tiles(n_tok, heads, query_rows(cfg, parts))
-                base = dict(H=heads, Q_FMT=FMT_TENSOR.value, K_FMT=k_fmt, FNUZ=fnuz, FP8_DTYPE=fp8_dtype,
+                base = dict(H=heads, Q_FMT=FMT_TENSOR.value, K_FMT=k_fmt, K_TABLE=False, FNUZ=fnuz, FP8_DTYPE=fp8_dtype,
                             DOT_DTYPE=tl.bfloat16, DEC_DTYPE=configs.decode_dtype(target),
                             Q_PARTS=parts, D=head_dim, BLOCK_H=hp, BLOCK_T=nt,
                             BLOCK_N=cfg.bn, ALIGNED=True)
@@ -380,6 +384,12 @@ def aot_variants(target: str, cfg: configs.PagedConfig, head_dim: int = 128, hea
                     sig = _signature(paged_scores_kernel, consts, q_ptr)
                     yield (f"paged_scores[{tag}{' ws' if to_ws else ' logits'}]", paged_scores_kernel, sig, consts,
                            opts, _aligned(paged_scores_kernel, sig))
+                if fmt == "mxfp4" and q_dt is not torch.float16:  # keys through a table: fp32, 3 bf16 parts
+                    hp, nt, _ = tiles(n_tok, heads, query_rows(cfg, parts, True))
+                    consts = dict(base, K_TABLE=True, TO_WS=True, BLOCK_H=hp, BLOCK_T=nt)
+                    sig = _signature(paged_scores_kernel, consts, q_ptr)
+                    yield (f"paged_scores[{tag} table ws]", paged_scores_kernel, sig, consts, opts,
+                           _aligned(paged_scores_kernel, sig))
     mopts = dict(num_warps=cfg.merge_warps)
     for nt in (1, 4):
         for topk, split in ((512, False), (1024, True), (2048, True)):

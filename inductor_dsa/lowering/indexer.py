@@ -274,6 +274,7 @@ class PagedReplacement(Replacement):
         q [rows..., heads, head_dim] bf16 -> [B, N, H, D]   (N: every row atom that is not the batch)
         weights (times the proven constants) -> fp32 [B, N, H]
         kv_cache -> uint8 [num_pages, 64 * row_bytes] (a row-major view of each page)
+        decode table (a graph input, if the key reads one) -> passed as the ops' ``table``
         block_table -> int32 (a negative page id wrapped as eager indexing does)
         context_lens -> clamped to [0, max_pages * 64], int32 (no mask: max_pages * 64)
 
@@ -283,7 +284,7 @@ class PagedReplacement(Replacement):
     def __init__(self, form: IndexerForm, atoms: Atoms, key: PagedKey, topk: Optional[TopkSpec],
                  graph: fx.Graph):
         self.f, self.A, self.topk, self.key = form, atoms, topk, key
-        plain = [Term(n, (), None) for n in (key.cache, key.table, key.context_lens) if n is not None]
+        plain = [Term(n, (), None) for n in (key.cache, key.table, key.context_lens, key.lut) if n is not None]
         self.tensors = [key.q] + plain + list(form.weights)
         self.sym_nodes = sym_nodes(graph, topk)
         self.n_batch = None
@@ -293,7 +294,9 @@ class PagedReplacement(Replacement):
         tens, _, size = self._bind(args)
         q, cache, table = tens[:3]
         ctx = tens[3] if key.context_lens is not None else None
-        wts = tens[4 if ctx is not None else 3:]
+        at = 4 if ctx is not None else 3
+        lut = tens[at] if key.lut is not None else None
+        wts = tens[at + (lut is not None):]
         batch = list(f.batch)
         rest = [a for a in f.rows if a not in batch]
         heads = list(f.heads)
@@ -319,10 +322,10 @@ class PagedReplacement(Replacement):
         ks = torch.zeros_like(ke)
         if self.topk is None:
             out = torch.ops.inductor_dsa.paged_indexer_logits(q4, None, cache2, w3, table2, ctx32,
-                                                              key.fmt, key.flavor)
+                                                              key.fmt, key.flavor, lut)
             return self._finish_logits(out.reshape(B * N, K), ks, ke, K)
         vals, ids = torch.ops.inductor_dsa.paged_indexer_topk(q4, None, cache2, w3, table2, ctx32,
-                                                              self._k, key.fmt, key.flavor)
+                                                              self._k, key.fmt, key.flavor, lut)
         kk = vals.shape[-1]
         return self._finish_topk(vals.reshape(B * N, kk), ids.reshape(B * N, kk).to(torch.int64), ks, ke)
 

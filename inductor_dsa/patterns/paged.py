@@ -17,6 +17,8 @@ shifts, masks, exp2/pow, casts, as the real aten ops) is run on every data byte,
 byte 0..254 and both nibble positions and must equal the format's decode exactly (fp8: the
 program must be e4m3(byte) times the fp32 scale word, and the e4m3 part is run on all 256
 bytes). Scale byte 0xFF (NaN in E8M0) is not checked: eager's exp2(128) is inf, the op's NaN.
+A decode table that is a graph input (values unknown) is proven structurally instead
+(``_check_mxfp4_table``) and passed to the ops as their ``table`` operand.
 Any doubt raises ``Reject``.
 """
 from __future__ import annotations
@@ -48,6 +50,7 @@ class PagedKey:
     fmt: str
     flavor: str
     head_dim: int
+    lut: Optional[fx.Node] = None    # MXFP4 codes decoded through this graph-input table (16 floats)
 
 
 # ---- mixed-radix integer rewriting ------------------------------------------------------------
@@ -139,7 +142,7 @@ def read_paged(I: Interpreter, form: IndexerForm) -> Optional[PagedKey]:
     k = form.k_value
     if not isinstance(k, Elem):
         raise Reject("the key read from a byte cache is not decoded elementwise from its bytes "
-                     "(a lookup table that is not a graph constant?)")
+                     "(a lookup table that is neither a graph constant nor a 16-entry graph input?)")
     d_size = A.shapes.hint(sympy.Mul(*[A.size(a) for a in form.contract]))
     bl, jl, dl = (_linear(A, form.batch), _linear(A, form.keys), _linear(A, form.contract))
     pr = _digits(jl, PAGE, A)
@@ -161,11 +164,11 @@ def read_paged(I: Interpreter, form: IndexerForm) -> Optional[PagedKey]:
             if not A.shapes.eq(page_bytes, PAGE * (a + s)):
                 raise Reject(f"a cache page holds {page_bytes} bytes, not {PAGE} x {a + s}")
             roles = _roles(A, fmt, reads, others, row, dl, d_size)
-            flavor = _check_values(A, k, fmt, roles)
+            flavor, lut = _check_values(A, k, fmt, roles)
         except Reject as e:
             errors.append(f"{fmt}: {e}")
             continue
-        return PagedKey(_query(I, form), cache, table, _context_lens(I, form, bl), fmt, flavor, d_size)
+        return PagedKey(_query(I, form), cache, table, _context_lens(I, form, bl), fmt, flavor, d_size, lut)
     raise Reject("the key is not the paged decode (" + "; ".join(errors) + ")")
 
 
@@ -256,11 +259,15 @@ def _selector(A, i, parity):
     return ("sel", parity)  # (role, the nibble-position symbol)
 
 
-def _check_values(A, k: Elem, fmt, roles) -> str:
+def _check_values(A, k: Elem, fmt, roles):
+    """(flavor, the graph-input decode table or None)."""
     with unset_fake_temporarily():
-        if fmt == "mxfp4":
-            return _check_mxfp4(A, k, roles)
-        return _check_fp8(k, roles)
+        luts = _tables_of(k.prog)
+        if fmt == "mxfp4" and luts:
+            return _check_mxfp4_table(A, k, roles, luts)
+        if luts:
+            raise Reject("an FP8 key is read through a lookup table")
+        return (_check_mxfp4(A, k, roles) if fmt == "mxfp4" else _check_fp8(k, roles)), None
 
 
 def _inputs_of(prog, out=None):
@@ -288,7 +295,8 @@ def _sel_values(A, k: Elem, roles, i, parity_t):
     return torch.tensor([int(e.xreplace({sym: int(t)})) for t in parity_t.tolist()], dtype=torch.int64)
 
 
-def _check_mxfp4(A, k: Elem, roles) -> str:
+def _mxfp4_grid(A, k: Elem, roles):
+    """(x, y, t, input values): every data byte x, scale byte y (0..254) and nibble position t."""
     x, y, t = torch.meshgrid(torch.arange(256), torch.arange(255), torch.arange(2), indexing="ij")
     x, y, t = x.reshape(-1), y.reshape(-1), t.reshape(-1)
     values = []
@@ -300,6 +308,11 @@ def _check_mxfp4(A, k: Elem, roles) -> str:
             values.append(_of_byte(r[1], dt)[y.long()])
         else:
             values.append(_sel_values(A, k, roles, i, t).to(dt))
+    return x, y, t, values
+
+
+def _check_mxfp4(A, k: Elem, roles) -> str:
+    x, y, t, values = _mxfp4_grid(A, k, roles)
     got = run_prog(k.prog, values)
     nib = torch.where(t == 0, x & 15, x >> 4)
     exact = _SIGNED_E2M1[nib] * torch.exp2(y.double() - 127)
@@ -313,6 +326,79 @@ def _check_mxfp4(A, k: Elem, roles) -> str:
         raise Reject(f"the decode differs from MXFP4 (byte {int(x[j])}, nibble {int(t[j])}, scale {int(y[j])}: "
                      f"{float(got.reshape(-1)[j]) if got.numel() > j else got} vs {float(want[j])})")
     return "fn"
+
+
+def _tables_of(prog, out=None) -> list:
+    """The graph-input table nodes of ("table", node) leaves, once per occurrence."""
+    out = [] if out is None else out
+    if prog[0] == "table":
+        out.append(prog[1])
+    elif prog[0] == "pick":
+        for p in prog[2]:
+            _tables_of(p, out)
+    elif prog[0] == "op":
+        for a in prog[2]:
+            for x in (a if isinstance(a, list) else [a]):
+                if isinstance(x, tuple) and x and x[0] in ("in", "const", "table", "pick", "op"):
+                    _tables_of(x, out)
+    return out
+
+
+_EXACT_CASTS = (torch.float32, torch.float64)  # every bf16 / fp16 / fp32 table value is exact in these
+
+
+def _lookup_index(prog, lut):
+    """The index program of a lookup ``lut[idx]`` (through exact float casts and picks between
+    lookups: their value is lut[the picked idx]); None if ``prog`` is anything else."""
+    if prog[0] == "pick":
+        subs = [_lookup_index(p, lut) for p in prog[2]]
+        return None if any(s is None for s in subs) else ("pick", prog[1], tuple(subs))
+    if prog[0] != "op":
+        return None
+    p = packet_of(prog[1])
+    if p is torch.ops.prims.convert_element_type and prog[2][1] in _EXACT_CASTS + (lut.meta["val"].dtype,):
+        return _lookup_index(prog[2][0], lut) if isinstance(prog[2][0], tuple) else None
+    if p is aten.index and len(prog[2]) == 2 and prog[2][0] == ("table", lut) and len(prog[2][1]) == 1:
+        return prog[2][1][0]
+    return None
+
+
+def _check_mxfp4_table(A, k: Elem, roles, luts):
+    """A decode table that is a graph input: its values are unknown, so the program is proven for
+    every table, structurally: [exact casts of] mul(L, s) with L = lut[idx] (exact casts, picks of
+    such lookups; the table appears nowhere else), idx exhaustively the nibble, s exhaustively
+    2^(y - 127) and free of the table, the product fp32 (the op's one fp32 rounding)."""
+    lut = luts[0]
+    if any(n is not lut for n in luts):
+        raise Reject("the key reads several graph-input lookup tables")
+    prog = k.prog
+    x, y, t, values = _mxfp4_grid(A, k, roles)
+    probe = {lut: torch.arange(1, 17, dtype=lut.meta["val"].dtype)}
+    while prog[0] == "op" and packet_of(prog[1]) is torch.ops.prims.convert_element_type:
+        if prog[2][1] not in _EXACT_CASTS:
+            raise Reject(f"the table-decoded key is cast to {prog[2][1]}, which rounds arbitrary fp32 values "
+                         "(the op keeps the fp32 keys)")
+        prog = prog[2][0]
+    if not (prog[0] == "op" and packet_of(prog[1]) is aten.mul and len(prog[2]) == 2
+            and all(isinstance(a, tuple) for a in prog[2])):
+        raise Reject("the key read through a graph-input table is not lut[nibble] * scale")
+    for li, si in ((0, 1), (1, 0)):
+        idx = _lookup_index(prog[2][li], lut)
+        if idx is not None and not _tables_of(prog[2][si]):
+            break
+    else:
+        raise Reject("the graph-input table is not read once as lut[nibble] times a scale without it "
+                     "(used twice or not as a plain lookup)")
+    nib = torch.where(t == 0, x & 15, x >> 4)
+    got_idx = run_prog(idx, values)
+    if got_idx.dtype.is_floating_point or got_idx.shape != nib.shape or not torch.equal(got_idx.long(), nib):
+        raise Reject("the graph-input table is indexed by something other than the nibble (low nibble = even d)")
+    s = run_prog(prog[2][si], values)
+    if not s.dtype.is_floating_point or s.shape != y.shape or not torch.equal(s.double(), torch.exp2(y.double() - 127)):
+        raise Reject("the scale multiplying the table lookup is not 2^(E8M0 - 127)")
+    if run_prog(prog, values, probe).dtype != torch.float32:
+        raise Reject("the table lookup times the scale is not computed in fp32 (the op's rounding)")
+    return "fn", lut
 
 
 def _of_byte(fn, dtype) -> torch.Tensor:

@@ -177,9 +177,26 @@ def constant_tensor(node) -> Optional[torch.Tensor]:
         return t.detach().cpu()
 
 
+_TABLE_DTYPES = (torch.bfloat16, torch.float16, torch.float32)
+
+
+def table_input(node) -> Optional[fx.Node]:
+    """``node`` if it is a 16-entry bf16 / fp16 / fp32 vector read from a graph input (a module
+    buffer: values unknown when compiling) through copies / float casts, else None."""
+    val = node.meta.get("val") if isinstance(node, fx.Node) else None
+    if not isinstance(val, torch.Tensor) or val.dtype not in _TABLE_DTYPES or tuple(val.shape) != (16,):
+        return None
+    x = node
+    while x.op == "call_function" and packet(x) in (aten.lift_fresh_copy, aten.clone, aten.alias, aten.detach,
+                                                      prims.convert_element_type):
+        x = x.args[0]
+    return node if x.op == "placeholder" else None
+
+
 def _index_bytes(I: Interpreter, node, depth):
     """A gather along dim 0 (``cache[block_table]``, index_select) of an integer tensor, or a
-    lookup in a small constant table (``lut[codes]``)."""
+    lookup in a small table (``lut[codes]``): a constant, or a graph input indexed by a byte
+    program (a ("table", node) leaf)."""
     src = node.args[0]
     if packet(node) is aten.index_select:
         if norm_dim(node.args[1], node.args[0].meta["val"].dim()) != 0:
@@ -194,13 +211,13 @@ def _index_bytes(I: Interpreter, node, depth):
     if ix.dtype == torch.bool or ix.dtype is None or ix.dtype.is_floating_point:
         return None
     lut = constant_tensor(src)
-    if lut is not None:
-        if lut.dim() != 1 or lut.numel() > 256:
+    if lut is not None or (packet(node) is aten.index and isinstance(ix.value, Elem) and table_input(src) is not None):
+        if lut is not None and (lut.dim() != 1 or lut.numel() > 256):
             return None
         e = as_elem(I, ix, idx_node)
         if e is None:
             return None
-        prog = ("op", aten.index.Tensor, (("const", lut), [e.prog]), {})
+        prog = ("op", aten.index.Tensor, (("const", lut) if lut is not None else ("table", src), [e.prog]), {})
         return TV(Elem(prog, e.inputs), ix.dims, node.meta["val"].dtype)
     x = I.ev(src, depth)
     if not (isinstance(x.value, Elem) or (isinstance(x.value, Index) and x.dtype == torch.uint8)):

@@ -116,15 +116,18 @@ class Elem(Value):
     inputs: tuple
 
 
-def run_prog(prog, values):
-    """Evaluate an ``Elem`` program on 1-D tensors ``values`` (one per input)."""
+def run_prog(prog, values, tables=None):
+    """Evaluate an ``Elem`` program on 1-D tensors ``values`` (one per input); a ("table", node)
+    leaf (a lookup table that is a graph input) takes the value ``tables[node]``."""
     kind = prog[0]
     if kind == "in":
         return values[prog[1]]
     if kind == "const":
         return prog[1]
+    if kind == "table":
+        return tables[prog[1]]
     if kind == "pick":
-        sel, outs = values[prog[1]], [run_prog(p, values) for p in prog[2]]
+        sel, outs = values[prog[1]], [run_prog(p, values, tables) for p in prog[2]]
         out = outs[-1]
         for i in reversed(range(len(outs) - 1)):
             out = torch.where(sel == i, outs[i], out)
@@ -132,8 +135,8 @@ def run_prog(prog, values):
     _, target, args, kwargs = prog
 
     def arg(a):
-        if isinstance(a, tuple) and a and a[0] in ("in", "const", "pick", "op"):
-            return run_prog(a, values)
+        if isinstance(a, tuple) and a and a[0] in ("in", "const", "table", "pick", "op"):
+            return run_prog(a, values, tables)
         if isinstance(a, list):
             return [arg(x) for x in a]
         return a
