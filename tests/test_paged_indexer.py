@@ -100,11 +100,11 @@ def _full_precision_q(case, dtype, gen):
 
 @triton.jit
 def _split_kernel(x, parts, Q_PARTS: tl.constexpr, BLOCK: tl.constexpr):
-    """parts[i] = split_query(x)[i] (fp32), mid 0 when Q_PARTS == 2."""
+    """parts[i] = split_query(x)[i] (fp32), mid 0 (left unwritten) when Q_PARTS == 2."""
     o = tl.arange(0, BLOCK)
     hi, mid, lo = split_query(tl.load(x + o), Q_PARTS, tl.float32)
     tl.store(parts + o, hi)
-    if mid is not None:
+    if Q_PARTS == 3:
         tl.store(parts + BLOCK + o, mid)
     tl.store(parts + 2 * BLOCK + o, lo)
 

@@ -111,12 +111,13 @@ def _dot(k_tile, q_tile, acc, DOT_DTYPE: tl.constexpr):
 
 
 @triton.jit
-def _dot_parts(k_tile, q_tile, q_tile_mid, q_tile_lo, acc, DOT_DTYPE: tl.constexpr):
-    """k_tile @ (q_tile + q_tile_mid + q_tile_lo) (+ acc), smallest query part first; parts may be None."""
-    if q_tile_lo is not None:
+def _dot_parts(k_tile, q_tile, q_tile_mid, q_tile_lo, acc, Q_PARTS: tl.constexpr, DOT_DTYPE: tl.constexpr):
+    """k_tile @ (q_tile + q_tile_mid + q_tile_lo) (+ acc) over the query's Q_PARTS parts (1: q_tile
+    alone, 2: + q_tile_lo, 3: all), smallest part first."""
+    if Q_PARTS >= 2:
         acc = _dot(k_tile, q_tile_lo, acc, DOT_DTYPE)
-        if q_tile_mid is not None:
-            acc = _dot(k_tile, q_tile_mid, acc, DOT_DTYPE)
+    if Q_PARTS == 3:
+        acc = _dot(k_tile, q_tile_mid, acc, DOT_DTYPE)
     return _dot(k_tile, q_tile, acc, DOT_DTYPE)
 
 
@@ -130,22 +131,24 @@ def score_rows(
     BLOCK_H: tl.constexpr,
     BLOCK_N: tl.constexpr,
     DOT_DTYPE: tl.constexpr,
-    q_tile_mid=None,  # the lower bf16 parts of a split query (paged ``split_query``), or None
+    q_tile_mid=None,  # the lower bf16 parts of a split query (paged ``split_query``; Q_PARTS)
     q_tile_lo=None,
-    k_tile_mid=None,  # the lower bf16 parts of a split fp32 key (paged table decode), or None
+    k_tile_mid=None,  # the lower bf16 parts of a split fp32 key (paged table decode; K_PARTS)
     k_tile_lo=None,
+    Q_PARTS: tl.constexpr = 1,  # 1: q_tile alone, 2: + q_tile_lo, 3: + q_tile_mid too
+    K_PARTS: tl.constexpr = 1,  # 1 or 3
 ):
     """logits^T [BLOCK_N, BLOCK_T] fp32 of a decoded key tile: sum over each token's BLOCK_H
     columns of relu(k_tile @ q_tile * row_scale) * head_weights; ``row_scale`` multiplies before
     the relu, None means 1. A query split into bf16 terms is k_tile @ (q_tile + q_tile_mid +
     q_tile_lo), a split key (k_tile + k_tile_mid + k_tile_lo) @ Q likewise: every part product,
     smallest parts first, into one fp32 accumulator."""
-    if k_tile_lo is not None:
-        acc = _dot_parts(k_tile_lo, q_tile, q_tile_mid, q_tile_lo, None, DOT_DTYPE)
-        acc = _dot_parts(k_tile_mid, q_tile, q_tile_mid, q_tile_lo, acc, DOT_DTYPE)
-        acc = _dot_parts(k_tile, q_tile, q_tile_mid, q_tile_lo, acc, DOT_DTYPE)
+    if K_PARTS == 3:
+        acc = _dot_parts(k_tile_lo, q_tile, q_tile_mid, q_tile_lo, None, Q_PARTS, DOT_DTYPE)
+        acc = _dot_parts(k_tile_mid, q_tile, q_tile_mid, q_tile_lo, acc, Q_PARTS, DOT_DTYPE)
+        acc = _dot_parts(k_tile, q_tile, q_tile_mid, q_tile_lo, acc, Q_PARTS, DOT_DTYPE)
     else:
-        acc = _dot_parts(k_tile, q_tile, q_tile_mid, q_tile_lo, None, DOT_DTYPE)
+        acc = _dot_parts(k_tile, q_tile, q_tile_mid, q_tile_lo, None, Q_PARTS, DOT_DTYPE)
     if row_scale is not None:
         acc = acc * row_scale[:, None]
     # relu as eager computes it: NaN stays NaN (the default max would map it to 0 on GPUs, not here)

@@ -91,7 +91,7 @@ def _table_rows(kv_cache, table, base, r, ok, BLOCK_N: tl.constexpr, D: tl.const
 def _paged_block(qT, qT_mid, qT_lo, wv, kv_cache, table, page, j0, jend, num_pages, stride_page,
                  K_FMT: tl.constexpr, K_TABLE: tl.constexpr, FNUZ: tl.constexpr, FP8_DTYPE: tl.constexpr,
                  BLOCK_T: tl.constexpr, BLOCK_H: tl.constexpr, BLOCK_N: tl.constexpr, D: tl.constexpr,
-                 DOT_DTYPE: tl.constexpr, DEC_DTYPE: tl.constexpr, ALIGNED: tl.constexpr):
+                 DOT_DTYPE: tl.constexpr, DEC_DTYPE: tl.constexpr, ALIGNED: tl.constexpr, Q_PARTS: tl.constexpr):
     """logits^T [BLOCK_N, BLOCK_T] of request-local rows j0 .. j0+BLOCK_N-1, all in one page
     (rows >= jend score 0), for the query tile (qT, qT_mid, qT_lo) and head weights wv of
     ``_request_queries``. K_TABLE: MXFP4 codes decoded through ``table`` (``_table_rows``); the
@@ -99,11 +99,12 @@ def _paged_block(qT, qT_mid, qT_lo, wv, kv_cache, table, page, j0, jend, num_pag
     ok, base, r = _page_rows(page, j0, jend, num_pages, stride_page, BLOCK_N)
     if K_TABLE:
         k_hi, k_mid, k_lo = split_query(_table_rows(kv_cache, table, base, r, ok, BLOCK_N, D), 3, DOT_DTYPE)
-        blk = score_rows(qT, wv, k_hi, None, BLOCK_T, BLOCK_H, BLOCK_N, DOT_DTYPE, qT_mid, qT_lo, k_mid, k_lo)
+        blk = score_rows(qT, wv, k_hi, None, BLOCK_T, BLOCK_H, BLOCK_N, DOT_DTYPE, qT_mid, qT_lo, k_mid, k_lo,
+                         Q_PARTS, 3)
     elif K_FMT == FMT_MXFP4:
         kt = mxfp4_rows_mma(kv_cache, kv_cache, base + r * (D // 2), base + PAGE * (D // 2) + r * (D // 32), ok,
                             BLOCK_N, D, DEC_DTYPE, ALIGNED, DOT_DTYPE)
-        blk = score_rows(qT, wv, kt, None, BLOCK_T, BLOCK_H, BLOCK_N, DOT_DTYPE, qT_mid, qT_lo)
+        blk = score_rows(qT, wv, kt, None, BLOCK_T, BLOCK_H, BLOCK_N, DOT_DTYPE, qT_mid, qT_lo, None, None, Q_PARTS)
     else:
         x = tl.load(kv_cache + (base + r * D)[:, None] + tl.arange(0, D)[None, :], mask=ok[:, None], other=0)
         if K_FMT == FMT_FP8_NATIVE:
@@ -114,7 +115,7 @@ def _paged_block(qT, qT_mid, qT_lo, wv, kv_cache, table, page, j0, jend, num_pag
         sbytes = tl.load(kv_cache + (base + PAGE * D + r * 4)[:, None] + sb[None, :], mask=ok[:, None], other=0)
         bits = tl.sum(sbytes.to(tl.int32) << (8 * sb)[None, :], axis=1)  # little-endian fp32, any alignment
         blk = score_rows(qT, wv, kt, bits.to(tl.float32, bitcast=True), BLOCK_T, BLOCK_H, BLOCK_N, DOT_DTYPE,
-                         qT_mid, qT_lo)
+                         qT_mid, qT_lo, None, None, Q_PARTS)
     return blk
 
 
@@ -130,14 +131,15 @@ def split_query(x, Q_PARTS: tl.constexpr, DOT_DTYPE: tl.constexpr):
     exactly: hi = x's top 8 significant bits, mid the next 8 (Q_PARTS == 3, fp32), lo the rest
     (at most 8 bits for fp32, 3 for fp16). The keys are bf16-exact, so every part's products are
     exact and the dots accumulate an fp32-accurate q . k. An inf keeps its parts 0 (no inf - inf);
-    a NaN's parts are NaN or inf, so its scores stay NaN. Returns (hi, mid or None, lo)."""
+    a NaN's parts are NaN or inf, so its scores stay NaN. Returns (hi, mid, lo); Q_PARTS 2: mid is lo."""
     hi = _bf16_head(x)
     r = tl.where(x == hi, 0.0, x - hi)
     if Q_PARTS == 3:
         m = _bf16_head(r)
         mid, lo = m.to(tl.bfloat16).to(DOT_DTYPE), (r - m).to(tl.bfloat16).to(DOT_DTYPE)
     else:
-        mid, lo = None, r.to(tl.bfloat16).to(DOT_DTYPE)
+        lo = r.to(tl.bfloat16).to(DOT_DTYPE)
+        mid = lo  # unused (Q_PARTS 2): a jit function cannot return None on triton 3.6
     return hi.to(tl.bfloat16).to(DOT_DTYPE), mid, lo
 
 
@@ -148,15 +150,16 @@ def _request_queries(q, q_scale, weights, t0, T, H: tl.constexpr, Q_FMT: tl.cons
     """``query_tile`` for contiguous q [B*N, H, D] (MXFP4: codes [.., D/2], scales [.., D/32])
     and weights [B*N, H]: fewer runtime strides, fewer scalar registers. With K_ORDER (MXFP4 keys of
     ``mxfp4_rows_mma``), Q^T's rows are in the keys' ``mma_k_cols`` order. Returns (qT, qT_mid,
-    qT_lo, wv): an fp16 / fp32 q (Q_PARTS 2 / 3) is loaded in fp32 and split by ``split_query``; otherwise the parts are None."""
+    qT_lo, wv): an fp16 / fp32 q (Q_PARTS 2 / 3) is loaded in fp32 and split by ``split_query``; otherwise
+    the parts are qT (unused: Q_PARTS 1; a jit function cannot return None on triton 3.6)."""
     if Q_FMT == FMT_MXFP4:
         qT, wv = query_tile(q, q_scale, weights, t0, T, H, H * (D // 2), D // 2, 1, H * (D // 32), D // 32, H, 1,
                              Q_FMT, FNUZ, BLOCK_T, BLOCK_H, D, DOT_DTYPE, K_ORDER)
-        qT_mid, qT_lo = None, None
+        qT_mid, qT_lo = qT, qT
     elif Q_PARTS == 1:
         qT, wv = query_tile(q, q_scale, weights, t0, T, H, H * D, D, 1, 0, 0, H, 1, Q_FMT, FNUZ, BLOCK_T, BLOCK_H,
                              D, DOT_DTYPE, K_ORDER)
-        qT_mid, qT_lo = None, None
+        qT_mid, qT_lo = qT, qT
     else:
         q32, wv = query_tile(q, q_scale, weights, t0, T, H, H * D, D, 1, 0, 0, H, 1, Q_FMT, FNUZ, BLOCK_T, BLOCK_H,
                               D, tl.float32, K_ORDER)
@@ -237,7 +240,8 @@ def paged_scores_kernel(
             for j0 in range(c0, c1, BLOCK_N):
                 nxt = _page_id(bt_row, j0 + BLOCK_N, c1)  # prefetched one block ahead
                 blk = _paged_block(qT, qT_mid, qT_lo, wv, kv_cache, table, page, j0, c1, num_pages, stride_page,
-                                   K_FMT, K_TABLE, FNUZ, FP8_DTYPE, BLOCK_T, BLOCK_H, BLOCK_N, D, DOT_DTYPE, DEC_DTYPE, ALIGNED)
+                                   K_FMT, K_TABLE, FNUZ, FP8_DTYPE, BLOCK_T, BLOCK_H, BLOCK_N, D, DOT_DTYPE, DEC_DTYPE, ALIGNED,
+                                   Q_PARTS)
                 j = (j0 + tl.arange(0, BLOCK_N))[:, None]
                 tl.store(dst + j, blk, mask=tm[None, :] & (j < c1))
                 page = nxt

@@ -81,10 +81,11 @@ Q_PARTS = {torch.bfloat16: 1, torch.float16: 2, torch.float32: 3, torch.uint8: 1
 
 
 def query_rows(cfg: configs.PagedConfig, q_parts: int, table: bool = False) -> int:
-    """Query rows per program: half of ``cfg.rows`` for a split query, whose 2-3 bf16 parts stay
-    resident (AOT gfx942, 4 tokens x 64 heads, fp8 keys: 14-90 B spilled at the full 256 rows),
-    and for keys decoded through a table (3 bf16 key parts: 29 B spilled at 2 x 64 of 128 rows)."""
-    return cfg.rows if q_parts == 1 and not table else max(1, cfg.rows // 2)
+    """Query rows per program: a quarter of ``cfg.rows`` for a split query, whose 2-3 bf16 parts stay
+    resident (AOT gfx942, 4 tokens x 64 heads: fp8 keys 14-90 B spilled at the full 256 rows,
+    triton 3.6 36-132 B at half of them), half for keys decoded through a table (3 bf16 key parts:
+    29 B spilled at 2 x 64 of 128 rows). Never fewer than one token's padded heads (``tiles``)."""
+    return cfg.rows if q_parts == 1 and not table else max(1, cfg.rows // (4 if q_parts > 1 else 2))
 
 
 def _score_args(q_shape, q_dtype, mx: bool, kv_cache, block_table_shape, fmt, fp8_flavor, target, cfg,
