@@ -53,7 +53,7 @@ from transformers.models.glm_moe_dsa.modeling_glm_moe_dsa import GlmMoeDsaIndexe
 from inductor_dsa import lowering
 from inductor_dsa.lowering.install import with_ours
 from pass_helpers import pass_only_backend
-from test_pass_transformers import DSA_SMALL, v4_config
+from transformers_configs import DSA_SMALL, v4_config
 
 ATOL = 1e-4      # logits are ~0.5 in magnitude; observed differences <= 3e-7
 MARGIN = 1e-5    # top-k boundary gap / row's largest score that rules out a flipped selection

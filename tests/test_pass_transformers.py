@@ -2,24 +2,14 @@
 swapped for the fused op, top-k checked against the float64 oracle of the same module."""
 import pytest
 import torch
-from transformers import DeepseekV4Config, DeepseekV32Config, GlmMoeDsaConfig
+from transformers import DeepseekV32Config, GlmMoeDsaConfig
 from transformers.models.deepseek_v4.modeling_deepseek_v4 import DeepseekV4Indexer
 from transformers.models.deepseek_v32.modeling_deepseek_v32 import DeepseekV32Indexer, DeepseekV32RotaryEmbedding
 from transformers.models.glm_moe_dsa.modeling_glm_moe_dsa import GlmMoeDsaIndexer, GlmMoeDsaRotaryEmbedding
 
 from inductor_dsa import lowering
 from pass_helpers import check_topk, compile_run, oracle
-
-
-def v4_config(**over):
-    """A tiny DeepSeek-V4 config (random weights; index heads 4 x 32, top-8, CSA ratio 4)."""
-    kw = dict(vocab_size=256, hidden_size=64, moe_intermediate_size=32, num_hidden_layers=2, num_attention_heads=4,
-              head_dim=32, q_lora_rank=32, num_experts_per_tok=2, n_routed_experts=4,
-              layer_types=["compressed_sparse_attention", "compressed_sparse_attention"],
-              compress_rates={"compressed_sparse_attention": 4, "heavily_compressed_attention": 8}, hc_mult=2,
-              sliding_window=16, o_groups=2, o_lora_rank=32, index_n_heads=4, index_head_dim=32, index_topk=8,
-              num_nextn_predict_layers=0, qk_rope_head_dim=16, max_position_embeddings=256)
-    return DeepseekV4Config(**(kw | over))
+from transformers_configs import DSA_SMALL, v4_config
 
 
 def _indexer_call(m, hidden, q_residual, position_ids):
@@ -42,11 +32,6 @@ def test_deepseek_v4_indexer_swaps_and_matches_the_oracle():
 
 # ---- DeepSeek-V3.2 / GLM-MoE-DSA: relu(q @ k^T * scale), head sum as matmul(w.unsqueeze(-2), scores),
 # int32 indices, the causal mask given to the module as a tensor
-DSA_SMALL = dict(vocab_size=256, hidden_size=64, num_hidden_layers=2, num_attention_heads=4, q_lora_rank=32,
-                 kv_lora_rank=32, qk_rope_head_dim=16, qk_nope_head_dim=16, v_head_dim=16, index_n_heads=4,
-                 index_head_dim=32, index_topk=8, n_routed_experts=4, num_experts_per_tok=2,
-                 moe_intermediate_size=32, intermediate_size=64, first_k_dense_replace=0,
-                 max_position_embeddings=256)
 MODULES = {"deepseek_v32": (DeepseekV32Config, DeepseekV32Indexer, DeepseekV32RotaryEmbedding),
            "glm_moe_dsa": (GlmMoeDsaConfig, GlmMoeDsaIndexer, GlmMoeDsaRotaryEmbedding)}
 
