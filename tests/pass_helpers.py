@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import contextlib
 import copy
+import math
 import os
 import sys
 
@@ -145,7 +146,11 @@ def check_topk(indices, logits64, k, *, post=False, values=None, rel_tol=1e-2):
 
 
 def check_logits(out, ref64, eager=None, rel_tol=1e-2):
-    """Finite entries close to the fp64 oracle (and no worse than eager), masked entries equal."""
+    """Finite entries close to the fp64 oracle (and no worse than eager), masked entries equal.
+
+    "No worse than eager" is 1.05x eager's error, or 4 fp32 ulps of the largest score where eager's
+    error is below that: there any fp32 summation in another order (the matrix units' accumulators,
+    a split fp32 query's part products) lands a couple of ulps elsewhere, not less accurately."""
     ref = masked_to_inf(ref64)
     o = masked_to_inf(out.double())
     assert o.shape == ref.shape
@@ -156,7 +161,8 @@ def check_logits(out, ref64, eager=None, rel_tol=1e-2):
     assert err <= 1e-4 + rel_tol * scale, f"max error {err} vs scale {scale}"
     if eager is not None and fin.any():
         e_err = (masked_to_inf(eager.double())[fin] - ref[fin]).abs().max().item()
-        assert err <= e_err * 1.05 + 1e-6, f"fused error {err} worse than eager {e_err}"
+        ulps4 = 4 * 2.0 ** (math.frexp(scale)[1] - 24)  # 4 fp32 ulps of the largest score
+        assert err <= max(e_err * 1.05 + 1e-6, ulps4), f"fused error {err} worse than eager {e_err}"
 
 
 def first_tensor_outputs(out):

@@ -66,6 +66,22 @@ def test_v32_glm_indexer_swaps_and_matches_the_oracle(name):
     check_topk(out, logits64, cfg.index_topk)
 
 
+@pytest.mark.parametrize("name", sorted(MODULES))
+def test_v32_glm_bf16_indexer_reads_q_k_under_their_upcasts(name):
+    """A bf16 module computes matmul(q.float(), k.float()): the op takes the bf16 q and k (exact
+    products, fp32 accumulation, the matrix units) rather than fp32 copies of them."""
+    cfg, args = _dsa_args(name)
+    args = (args[0].to(torch.bfloat16),) + tuple(a.to(torch.bfloat16) if a.is_floating_point() else a
+                                                 for a in args[1:])
+    out, counts = compile_run(_causal_in_graph, args)
+    assert counts == {"indexer_topk": 1}, counts
+    (swap,) = lowering.report().swaps
+    q_line, k_line = (ln for ln in swap.region.split("\n") if ln.startswith(("  q ", "  k ")))
+    assert " bfloat16 -> " in q_line and " bfloat16 -> " in k_line, swap.region
+    _, (logits64,) = oracle(_causal_in_graph, args)
+    check_topk(out, logits64, cfg.index_topk)
+
+
 def _causal_padding_mask(s, seed, additive):
     """A random causal-plus-padding mask as transformers' mask utilities give it: [1, S, S], bool
     (True = visible) or additive float (0 visible, -inf or finfo.min hidden, some finite biases)."""

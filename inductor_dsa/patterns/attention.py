@@ -23,10 +23,10 @@ from typing import Optional
 import sympy
 import torch
 
-from ..symbolic import (TV, Add, Cast, Cat, Contract, Exp, Gather, Index, Interpreter, Leaf, Max, Maximum, Mul,
+from ..symbolic import (TV, Add, Cat, Contract, Exp, Gather, Index, Interpreter, Leaf, Max, Maximum, Mul,
                         Recip, Reject, Slice, Sum, Value, const_value, deps)
-from .forms import (DSA_READS, FLOAT_DTYPES, RegionNames, Term, check_heads, dtype_name, factors, peel, peel_masks,
-                    split_consts, sum_parts)
+from .forms import (DSA_READS, FLOAT_DTYPES, RegionNames, Term, check_heads, dtype_name, exact_source, factors,
+                    peel, peel_masks, split_consts, sum_parts)
 
 READS = DSA_READS  # the handler sets sparse attention is read with
 
@@ -54,18 +54,8 @@ class AttentionForm:
     static: list = field(default_factory=list)
 
 
-def _exact_peel(v: Value) -> Value:
-    """Strip casts that only widen (bf16/fp16 -> fp32): they do not change a value."""
-    while isinstance(v, Cast) and v.x.origin is not None:
-        src = v.x.origin.meta["val"].dtype
-        if src != v.dtype and not (v.dtype == torch.float32 and src in (torch.bfloat16, torch.float16)):
-            break
-        v = v.x
-    return v
-
-
 def _term(v: Value, I: Interpreter, what: str) -> Term:
-    v = _exact_peel(v)
+    v = exact_source(v)
     if v.origin is None:
         raise Reject(f"{what} is computed inside the pattern (not a tensor of the graph)")
     return Term(v.origin, I.A.flat_dims(v.origin_dims), v.origin.meta["val"].dtype)
@@ -212,10 +202,10 @@ def read_attention(tv: TV, I: Interpreter) -> AttentionForm:
         raise NotCandidate("not a contraction")
     kappa = out.atoms
     operands = [out.a, out.b]
-    gathers = [f for f in operands if isinstance(_exact_peel(f), Gather)]
+    gathers = [f for f in operands if isinstance(exact_source(f), Gather)]
     if len(gathers) != 1:
         raise NotCandidate("not weights @ gathered rows")
-    V = _exact_peel(gathers[0])
+    V = exact_source(gathers[0])
     P = [f for f in operands if f is not gathers[0]][0]
     if not isinstance(peel(P), (Mul, Slice)):
         raise NotCandidate("the weights are not a softmax")
@@ -238,10 +228,10 @@ def read_attention(tv: TV, I: Interpreter) -> AttentionForm:
     D, dfs = sum_parts(rest[0])
     c_dot, ops_ = split_consts(dfs, "dot")
     scale *= c_dot
-    ks = [f for f in ops_ if isinstance(_exact_peel(f), Gather)]
+    ks = [f for f in ops_ if isinstance(exact_source(f), Gather)]
     if len(ops_) != 2 or len(ks) != 1:
         raise Reject("the scores are not q . gathered rows")
-    K = _exact_peel(ks[0])
+    K = exact_source(ks[0])
     if K is not V and not (K.src.origin is not None and K.src.origin is V.src.origin and K.axis == V.axis
                            and A.resolve(K.index.expr) == A.resolve(V.index.expr)):
         raise Reject("K and V are different tensors (the op uses the same gathered rows for both)")

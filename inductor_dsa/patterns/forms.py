@@ -47,6 +47,20 @@ def peel(v: Value) -> Value:
     return v
 
 
+_NARROW = (torch.bfloat16, torch.float16, torch.float32)
+
+
+def exact_source(v: Value, wider=(torch.float32,)) -> Value:
+    """v under the casts that cannot change a value: a float cast to its own dtype, or a bf16 / fp16 /
+    fp32 tensor widened to one of ``wider`` (``q.float()`` of bf16 is the bf16 q, read exactly)."""
+    while isinstance(v, Cast) and v.x.origin is not None:
+        src = v.x.origin.meta["val"].dtype
+        if src != v.dtype and not (v.dtype in wider and src in _NARROW and src.itemsize <= v.dtype.itemsize):
+            break
+        v = v.x
+    return v
+
+
 def factors(v: Value) -> list:
     """Flatten a product (through float casts); constants stay as Const factors."""
     p = peel(v)

@@ -24,8 +24,8 @@ import torch
 
 from ..symbolic import TV, AllReduce, Contract, Interpreter, Reject, Relu, Value, deps
 from ..symbolic.ranges import RowRange, per_row_range
-from .forms import (DSA_READS, FLOAT_DTYPES, Opaque, RegionNames, Term, check_heads, dtype_name, factors,
-                    is_minus_inf_like, negate, peel, peel_masks, split_consts, sum_parts, term_of)
+from .forms import (DSA_READS, FLOAT_DTYPES, Opaque, RegionNames, Term, check_heads, dtype_name, exact_source,
+                    factors, is_minus_inf_like, negate, peel, peel_masks, split_consts, sum_parts, term_of)
 
 READS = DSA_READS  # the handler sets the indexer is read with (a paged key reads bytes)
 
@@ -188,7 +188,7 @@ def _assign(I, qv, kv, wterms, C, H, out_dims, key_dim) -> IndexerForm:
     batch = tuple(a for d in out_dims for a in d if a in dk and a in R)
     rows_out = tuple(a for i, d in enumerate(out_dims) if i != key_dim for a in d)
     rows = batch + tuple(a for a in rows_out if a not in batch)
-    qt, kt = term_of(qv, A), term_of(kv, A)
+    qt, kt = _operands(qv, kv, A)
     if qt.dtype not in FLOAT_DTYPES or kt.dtype != qt.dtype:
         raise Reject(f"q/k dtypes {qt.dtype}/{kt.dtype} are not one of bf16/fp16/fp32 (shared)")
     # head_dim and heads are compile-time constants of the kernels: symbolic ones (dynamic=True)
@@ -205,6 +205,17 @@ def _assign(I, qv, kv, wterms, C, H, out_dims, key_dim) -> IndexerForm:
                        heads=tuple(order(H)), contract=tuple(order(C)), keys=J,
                        out_dims=out_dims, key_dim=key_dim, out_dtype=None, static=static,
                        q_value=qv, k_value=kv)
+
+
+def _operands(qv, kv, A):
+    """q and k as the op takes them: under exact upcasts when both peel to one dtype (transformers'
+    ``matmul(q.float(), k.float())`` of bf16 q, k is a bf16 q.k with fp32 accumulation: the same
+    products, each exact in fp32, on the matrix units instead of an fp32 dot)."""
+    qs, ks = exact_source(qv), exact_source(kv)
+    if qs.origin is not None and ks.origin is not None and \
+            qs.origin.meta["val"].dtype == ks.origin.meta["val"].dtype:
+        qv, kv = qs, ks
+    return term_of(qv, A), term_of(kv, A)
 
 
 def _data_masks(I, conds, biases, keys):

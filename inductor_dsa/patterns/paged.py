@@ -32,8 +32,8 @@ import torch.fx as fx
 from torch._subclasses.fake_tensor import unset_fake_temporarily
 
 from .. import formats
-from ..symbolic import Atoms, Cast, Elem, Interpreter, Reject, as_expr, packet, run_prog
-from .forms import Term
+from ..symbolic import Atoms, Elem, Interpreter, Reject, as_expr, packet, run_prog
+from .forms import Term, exact_source
 from .indexer import IndexerForm
 
 aten = torch.ops.aten
@@ -455,21 +455,12 @@ def _query(I: Interpreter, form: IndexerForm) -> Term:
     """The q the paged kernels take (bf16 / fp16 / fp32): q itself, or the narrowest such tensor
     under exact upcasts (``q.float()`` of bf16 is passed as bf16: one dot instead of three)."""
     v = form.q_value
-    while _exact_upcast(v):
-        v = v.x
+    v = exact_source(v, (torch.float32, torch.float64))
     dt = None if v.origin is None else v.origin.meta["val"].dtype
     if dt not in _Q_DTYPES:
         raise Reject(f"q is {dt if dt is not None else form.q.dtype}, not bf16 / fp16 / fp32 (or an exact upcast "
                      "of one): the paged kernels take those")
     return Term(v.origin, I.A.flat_dims(v.origin_dims), dt)
-
-
-def _exact_upcast(v) -> bool:
-    """Is v a cast to fp32 / fp64 of a bf16 / fp16 / fp32 / fp64 tensor no wider (exact)?"""
-    if not isinstance(v, Cast) or v.x.origin is None or v.dtype not in (torch.float32, torch.float64):
-        return False
-    src = v.x.origin.meta["val"].dtype
-    return src in _Q_DTYPES + (torch.float64,) and src.itemsize <= v.dtype.itemsize
 
 
 def _context_lens(I: Interpreter, form: IndexerForm, bl) -> Optional[fx.Node]:
