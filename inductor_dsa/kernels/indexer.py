@@ -24,7 +24,7 @@ visible) or an additive fp32/bf16/fp16 bias (score + bias; a -inf bias hides). `
 first narrows each row's [k_start, k_end) to the hull [first, last + 1) of its visible columns
 (empty: [0, 0)), written to fresh range tensors; the logits kernel skips blocks outside the hull
 exactly as it does for ranges (a causal mask costs what the causal range costs, plus reading the
-mask), and reads the mask block by block inside it, one block ahead of the dot that needs it. Shapes alone decide every launch (CUDA-graph
+mask), and reads the mask block by block inside it. Shapes alone decide every launch (CUDA-graph
 capturable). In the top-k workspace (FILL off) a hidden column inside the hull is written NaN and
 a visible NaN score -inf: the select engine ranks NaN below -inf, so hidden columns come after
 every visible one, and the launcher turns the slots holding them into -1 (docs/semantics.md).
@@ -204,20 +204,10 @@ def _tile_ranges(k_start, k_end, t0, T, K, BLOCK_T: tl.constexpr, BLOCK_N: tl.co
 
 
 @triton.jit
-def _mask_load(mask, t, j, inside, stride_mask_t, stride_mask_k, MASK_KIND: tl.constexpr):
-    """The mask's raw values at rows t, columns j (broadcast shapes), read only where ``inside``
-    (MASK_NONE: zeros, nothing read)."""
-    if MASK_KIND == MASK_NONE:
-        m = tl.zeros(inside.shape, tl.int8)
-    else:
-        m = tl.load(mask + t.to(tl.int64) * stride_mask_t + j.to(tl.int64) * stride_mask_k, mask=inside, other=0)
-    return m
-
-
-@triton.jit
-def _mask_shown(m, inside, MASK_KIND: tl.constexpr):
-    """(visible, bias fp32) of raw mask values ``m`` (``_mask_load``): visible = inside and (bool:
-    nonzero, bias: != -inf)."""
+def _mask_visible(mask, t, j, inside, stride_mask_t, stride_mask_k, MASK_KIND: tl.constexpr):
+    """(visible, bias fp32) of the mask at rows t, columns j (broadcast shapes), read only where
+    ``inside``; visible = inside and (bool: nonzero, bias: != -inf)."""
+    m = tl.load(mask + t.to(tl.int64) * stride_mask_t + j.to(tl.int64) * stride_mask_k, mask=inside, other=0)
     bias = m.to(tl.float32)  # a bool mask's is unused
     if MASK_KIND == MASK_BOOL:
         vis = inside & (m != 0)
@@ -248,8 +238,7 @@ def mask_hull_kernel(
     for j0 in range(lo, hi, BLOCK_N):
         j = (j0 + tl.arange(0, BLOCK_N))[None, :]
         inside = (j >= s[:, None]) & (j < e[:, None])
-        vis, _ = _mask_shown(_mask_load(mask, t[:, None], j, inside, stride_mask_t, stride_mask_k, MASK_KIND),
-                             inside, MASK_KIND)
+        vis, _ = _mask_visible(mask, t[:, None], j, inside, stride_mask_t, stride_mask_k, MASK_KIND)
         first = tl.minimum(first, tl.min(tl.where(vis, j, K), axis=1))
         last = tl.maximum(last, tl.max(tl.where(vis, j, -1), axis=1))
     live = last >= first
@@ -309,22 +298,14 @@ def logits_kernel(
                         Q_FMT, FNUZ, BLOCK_T, BLOCK_H, D, DOT_DTYPE, K_FMT == FMT_MXFP4)
     t, tm, s, e, lo, hi = _tile_ranges(k_start, k_end, t0, T, K, BLOCK_T, BLOCK_N)
     row = out + (t - row0).to(tl.int64)[None, :] * stride_out_t
-    # the mask block of the next iteration is loaded before this one's dot (its latency hidden behind it)
-    j = (lo + tl.arange(0, BLOCK_N))[:, None]
-    m_next = _mask_load(mask, t[None, :], j, (j >= s[None, :]) & (j < e[None, :]), stride_mask_t, stride_mask_k,
-                        MASK_KIND)
     for j0 in range(lo, hi, BLOCK_N):
-        m = m_next
-        jn = (j0 + BLOCK_N + tl.arange(0, BLOCK_N))[:, None]
-        m_next = _mask_load(mask, t[None, :], jn, (jn >= s[None, :]) & (jn < e[None, :]), stride_mask_t,
-                            stride_mask_k, MASK_KIND)
         blk = _score_block(qT, wv, k, k_scale, j0, K, stride_k_n, stride_k_d, stride_k_scale_n, K_FMT, K_ROW_SCALE,
                            FNUZ, BLOCK_T, BLOCK_H, BLOCK_N, D, DOT_DTYPE, DEC_DTYPE, ALIGNED)
         j = (j0 + tl.arange(0, BLOCK_N))[:, None]
         vis = (j >= s[None, :]) & (j < e[None, :])
         hidden = float("-inf")
         if MASK_KIND != MASK_NONE:
-            vis, bias = _mask_shown(m, vis, MASK_KIND)
+            vis, bias = _mask_visible(mask, t[None, :], j, vis, stride_mask_t, stride_mask_k, MASK_KIND)
             if MASK_KIND == MASK_BIAS:
                 blk += bias
             if not FILL:
