@@ -7,9 +7,12 @@ The module is the installed package's class (never a copy), with DeepSeek-V3.2's
 7168, q_lora_rank 1536, 64 index heads of 128, top-2048, rope 64, bf16 weights, batch 1, no cache,
 a bool causal mask [1, S, S] as the model passes it. One call = the whole forward (projections,
 rope, scores, mask, top-k). Times: median ms of plain calls (do_bench; the calls are milliseconds
-long, so launch overhead is noise). "swapped" is our pass's count of replaced indexers; "check"
-compares our top-k with default compile's as sets (a row may differ where scores tie within
-bf16/fp32 rounding: the share of rows whose sets differ is printed). Floor: the scores'
+long, so launch overhead is noise). "swapped" is our pass's count of replaced indexers.
+Checks: "rows_differing", the share of rows whose top-k set differs from default compile's (with
+random weights many scores are exactly 0 -- every head's relu zero -- so sets differ among exact
+ties; a tie-blind count), and "shortfall" (where eager runs), the worst gap between eager's k-th
+score and the lowest score our top-k selected, relative to the row's largest: 0 means our set is
+a top-k of eager's own fp32 scores. Floor: the scores'
 2*S*S/2*H*D causal flops at the bf16 dense peak (common.CEILINGS), the projections excluded.
 Eager and default compile materialise [S, H, S] fp32 scores (17 GB at S=8192, 275 GB at 32768):
 an out-of-memory is reported as such. ``--smoke``: tiny sizes on the CPU (checks the script only).
@@ -68,6 +71,30 @@ def _timed(fn):
         return None, "out of memory"
 
 
+class _TopkInput(torch.overrides.TorchFunctionMode):
+    """Keeps the scores the module hands to ``topk`` (eager's fp32 index scores)."""
+    scores = None
+
+    def __torch_function__(self, func, types, args=(), kwargs=None):
+        if func in (torch.topk, torch.Tensor.topk):
+            self.scores = args[0]
+        return func(*args, **(kwargs or {}))
+
+
+def _shortfall(indices, scores, k: int) -> float:
+    """Worst (eager's k-th score - the lowest score a row selected) / the row's largest |score|,
+    over rows with at least k visible keys: 0 = every selected key scores at least eager's k-th
+    (the same set up to ties), a few 1e-7 = fp32 rounding at the boundary."""
+    s = scores.reshape(-1, scores.shape[-1]).float()
+    idx = indices.reshape(-1, indices.shape[-1]).long()
+    full = torch.isfinite(s).sum(-1) >= k
+    s, idx = s[full], idx[full]
+    kth = s.topk(k, -1).values[:, -1]
+    low = s.gather(1, idx).min(-1).values
+    top = s.masked_fill(~torch.isfinite(s), 0).abs().amax(-1).clamp(min=1e-30)
+    return ((kth - low) / top).clamp(min=0).max().item()
+
+
 def _differing_rows(a, b) -> float:
     """Share of rows whose top-k index sets differ."""
     a, b = a.reshape(-1, a.shape[-1]).sort(-1).values, b.reshape(-1, b.shape[-1]).sort(-1).values
@@ -82,6 +109,11 @@ def run_case(model: str, s: int, smoke: bool) -> dict:
     call = lambda f: (lambda: f(*args))
     with torch.no_grad():
         eager_ms, _ = _timed(call(m))
+        scores = None
+        if eager_ms is not None:
+            with _TopkInput() as cap:
+                m(*args)
+            scores = cap.scores
         default = torch.compile(m)
         compile_ms, ref = _timed(call(default))
         inductor_dsa.lowering.reset()
@@ -97,10 +129,13 @@ def run_case(model: str, s: int, smoke: bool) -> dict:
                swapped=len(rep.swaps))
     if isinstance(ref, torch.Tensor) and isinstance(out, torch.Tensor):
         row["rows_differing"] = _differing_rows(out, ref)
+    if scores is not None and isinstance(out, torch.Tensor):
+        row["shortfall"] = _shortfall(out, scores, out.shape[-1])
     return row
 
 
-COLS = ["model", "S", "eager_ms", "compile_ms", "ours_ms", "vs_compile", "floor_ms", "swapped", "rows_differing"]
+COLS = ["model", "S", "eager_ms", "compile_ms", "ours_ms", "vs_compile", "floor_ms", "swapped", "rows_differing",
+        "shortfall"]
 
 
 def main(argv=None) -> int:
