@@ -91,15 +91,17 @@ def _hull(k_start, k_end, margs, t: int, n: int):
     return hs, he
 
 
-def _hide(out_i, mask) -> None:
-    """Slots of ``out_i`` holding a column the mask hides become -1 (the select ranked those last,
-    as NaN: their values already read -inf)."""
+def _hide(out_v, out_i, mask) -> None:
+    """Slots of ``out_i`` holding a column the mask hides become -1. The select ranked those last,
+    as NaN, so their values read -inf: only slots reading -inf are looked up in the mask (the others
+    read column 0, one cached address, instead of a scattered read per slot)."""
     if mask is None or not out_i.numel():
         return
-    shown = mask.gather(1, out_i.long().clamp(0, mask.shape[1] - 1))
+    maybe = out_v == float("-inf")
+    shown = mask.gather(1, torch.where(maybe, out_i.long().clamp(0, mask.shape[1] - 1), 0))
     if mask.dtype != torch.bool:
         shown = shown != float("-inf")
-    out_i.masked_fill_(~shown, -1)
+    out_i.masked_fill_(maybe & ~shown, -1)
 
 
 def _logits_into(out, row0, rows, t, n, h, plan, k_start, k_end, target, fill, cfg):
@@ -152,7 +154,7 @@ def indexer_topk(q, q_scale, k, k_scale, weights, k_start, k_end, topk: int, mas
 
     def run(cfg):
         out_v, out_i = _indexer_topk(plan, h, q, k, k_start, k_end, topk, target, cfg)
-        _hide(out_i, mask)
+        _hide(out_v, out_i, mask)
         return out_v, out_i
     if q.shape[0] == 0 or k.shape[0] == 0:
         return run(None)
