@@ -13,15 +13,16 @@ from torch._inductor.utils import run_and_get_code
 import inductor_dsa
 from inductor_dsa import lowering
 from inductor_dsa.lowering.graph_pass import ChainedPass, source_hash
+from inductor_dsa.lowering.install import run_fx_graph
 from pass_corpus import (NEAR_MISSES, deepgemm_ref_logits, make_official, make_ranges, nm_weights_before_relu,
                          official_fn, _qkw)
-from pass_helpers import _run_fx_graph, check_logits, check_topk, compile_run, oracle
+from pass_helpers import check_logits, check_topk, compile_run, oracle
 
 
 def _global_backend(gm, example_inputs):
     """Inductor reading the global config (what the default "inductor" backend does), with
     code generation replaced by running the FX graph."""
-    return compile_fx(gm, example_inputs, inner_compile=_run_fx_graph)
+    return compile_fx(gm, example_inputs, inner_compile=run_fx_graph)
 
 
 def _official_args(seed=0):
