@@ -22,12 +22,10 @@ then the selection engine (kernels/select.py) picks each row's top-k from it.
 Masks given as data (MASK_KIND, a [T, K] tensor of any strides, 0 included): bool (True =
 visible) or an additive fp32/bf16/fp16 bias (score + bias; a -inf bias hides). ``mask_hull_kernel``
 first narrows each row's [k_start, k_end) to the hull [first, last + 1) of its visible columns
-(empty: [0, 0)), written to fresh range tensors, and flags the rows whose hull is wholly visible
-with no nonzero bias (``dense``: causal, sliding-window and padding masks, bool or 0 / -inf). The
-logits kernel skips blocks outside the hull exactly as it does for ranges, and a tile whose rows
-are all dense reads no mask at all (such a mask costs what its range costs, plus the hull pass);
-other tiles read the mask block by block. Shapes alone decide every launch (CUDA-graph
-capturable: the dense flags are read inside the kernel). In the top-k workspace (FILL off) a hidden column inside the hull is written NaN and
+(empty: [0, 0)), written to fresh range tensors; the logits kernel skips blocks outside the hull
+exactly as it does for ranges (a causal mask costs what the causal range costs, plus reading the
+mask), and reads the mask block by block inside it. Shapes alone decide every launch (CUDA-graph
+capturable). In the top-k workspace (FILL off) a hidden column inside the hull is written NaN and
 a visible NaN score -inf: the select engine ranks NaN below -inf, so hidden columns come after
 every visible one, and the launcher turns the slots holding them into -1 (docs/semantics.md).
 """
@@ -225,7 +223,6 @@ def mask_hull_kernel(
     mask,  # [T, K] uint8 (a bool mask's bytes) or fp32/bf16/fp16 bias, any strides
     hull_start,  # [T] int32 out: first visible column (empty row: 0)
     hull_end,  # [T] int32 out: last visible column + 1 (empty row: 0)
-    dense,  # [T] int32 out: 1 where every column of the hull is visible and no visible bias is nonzero
     T,
     K,
     stride_mask_t,
@@ -234,26 +231,19 @@ def mask_hull_kernel(
     BLOCK_T: tl.constexpr,
     BLOCK_N: tl.constexpr,
 ):
-    """hull = [first, last + 1) of the columns j in [k_start[t], k_end[t]) the mask shows, per row;
-    dense = the hull holds last + 1 - first shown columns and none with a nonzero (or NaN) bias."""
+    """hull = [first, last + 1) of the columns j in [k_start[t], k_end[t]) the mask shows, per row."""
     t, tm, s, e, lo, hi = _tile_ranges(k_start, k_end, tl.program_id(0) * BLOCK_T, T, K, BLOCK_T, BLOCK_N)
     first = tl.full((BLOCK_T,), 0, tl.int32) + K
     last = tl.full((BLOCK_T,), -1, tl.int32)
-    shown = tl.zeros((BLOCK_T,), tl.int32)
-    biased = tl.zeros((BLOCK_T,), tl.int32)
     for j0 in range(lo, hi, BLOCK_N):
         j = (j0 + tl.arange(0, BLOCK_N))[None, :]
         inside = (j >= s[:, None]) & (j < e[:, None])
-        vis, bias = _mask_visible(mask, t[:, None], j, inside, stride_mask_t, stride_mask_k, MASK_KIND)
+        vis, _ = _mask_visible(mask, t[:, None], j, inside, stride_mask_t, stride_mask_k, MASK_KIND)
         first = tl.minimum(first, tl.min(tl.where(vis, j, K), axis=1))
         last = tl.maximum(last, tl.max(tl.where(vis, j, -1), axis=1))
-        shown += tl.sum(vis.to(tl.int32), axis=1)
-        if MASK_KIND == MASK_BIAS:
-            biased += tl.sum((vis & (bias != 0.0)).to(tl.int32), axis=1)
     live = last >= first
     tl.store(hull_start + t, tl.where(live, first, 0), mask=tm)
     tl.store(hull_end + t, tl.where(live, last + 1, 0), mask=tm)
-    tl.store(dense + t, ((shown == tl.where(live, last + 1 - first, 0)) & (biased == 0)).to(tl.int32), mask=tm)
 
 
 @triton.jit
@@ -266,7 +256,6 @@ def logits_kernel(
     k_start,  # [T] int32
     k_end,  # [T] int32
     mask,  # [T, K] uint8 (bool mask bytes) or fp32/bf16/fp16 bias, any strides (MASK_NONE: unused)
-    dense,  # [T] int32: mask_hull_kernel's dense rows (MASK_NONE: unused)
     out,  # [rows, >= K] fp32: token t's row is t - row0
     T,
     K,
@@ -302,17 +291,13 @@ def logits_kernel(
     """out[t - row0, :] for tokens row0 <= t < T, one program per BLOCK_T tokens: score (+ bias)
     where visible (inside the row's range and shown by the mask); hidden columns of computed
     blocks -inf (FILL) or, with a mask and no FILL (the top-k workspace), NaN with visible NaN
-    scores -inf; with FILL, -inf everywhere else (without, the rest is left unwritten). A tile of
-    dense rows only (``dense``) reads no mask: its ranges are the visible columns, its bias 0."""
+    scores -inf; with FILL, -inf everywhere else (without, the rest is left unwritten)."""
     t0 = row0 + tl.program_id(0) * BLOCK_T
     qT, wv = query_tile(q, q_scale, weights, t0, T, H, stride_q_t, stride_q_h, stride_q_d, stride_q_scale_t,
                         stride_q_scale_h, stride_weights_t, stride_weights_h,
                         Q_FMT, FNUZ, BLOCK_T, BLOCK_H, D, DOT_DTYPE, K_FMT == FMT_MXFP4)
     t, tm, s, e, lo, hi = _tile_ranges(k_start, k_end, t0, T, K, BLOCK_T, BLOCK_N)
     row = out + (t - row0).to(tl.int64)[None, :] * stride_out_t
-    sparse = 0
-    if MASK_KIND != MASK_NONE:
-        sparse = tl.sum((tl.load(dense + t, mask=tm, other=1) == 0).to(tl.int32), 0)
     for j0 in range(lo, hi, BLOCK_N):
         blk = _score_block(qT, wv, k, k_scale, j0, K, stride_k_n, stride_k_d, stride_k_scale_n, K_FMT, K_ROW_SCALE,
                            FNUZ, BLOCK_T, BLOCK_H, BLOCK_N, D, DOT_DTYPE, DEC_DTYPE, ALIGNED)
@@ -320,9 +305,7 @@ def logits_kernel(
         vis = (j >= s[None, :]) & (j < e[None, :])
         hidden = float("-inf")
         if MASK_KIND != MASK_NONE:
-            bias = tl.zeros((BLOCK_N, BLOCK_T), tl.float32)
-            if sparse != 0:
-                vis, bias = _mask_visible(mask, t[None, :], j, vis, stride_mask_t, stride_mask_k, MASK_KIND)
+            vis, bias = _mask_visible(mask, t[None, :], j, vis, stride_mask_t, stride_mask_k, MASK_KIND)
             if MASK_KIND == MASK_BIAS:
                 blk += bias
             if not FILL:

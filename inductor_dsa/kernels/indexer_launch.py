@@ -75,21 +75,19 @@ def mask_kind(mask) -> int:
 def _mask_args(mask, k_start) -> dict:
     """The logits kernel's mask arguments: none (any pointer, unused), a bool mask's bytes, or the bias."""
     if mask is None:
-        return dict(mask=k_start, dense=k_start, stride_mask_t=0, stride_mask_k=0, MASK_KIND=MASK_NONE.value)
+        return dict(mask=k_start, stride_mask_t=0, stride_mask_k=0, MASK_KIND=MASK_NONE.value)
     data = mask.view(torch.uint8) if mask.dtype == torch.bool else mask
-    return dict(mask=data, dense=k_start, stride_mask_t=mask.stride(0), stride_mask_k=mask.stride(1),
-                MASK_KIND=mask_kind(mask))
+    return dict(mask=data, stride_mask_t=mask.stride(0), stride_mask_k=mask.stride(1), MASK_KIND=mask_kind(mask))
 
 
 def _hull(k_start, k_end, margs, t: int, n: int):
-    """Each row's [first, last + 1) of the columns inside [k_start, k_end) that the mask shows ([0, 0): none),
-    and into ``margs["dense"]`` the rows whose hull the mask shows whole with no nonzero bias."""
+    """Each row's [first, last + 1) of the columns inside [k_start, k_end) that the mask shows ([0, 0): none)."""
     if margs["MASK_KIND"] == MASK_NONE.value or not (t and n):
         return k_start, k_end
-    hs, he, margs["dense"] = torch.empty((3, t), dtype=torch.int32, device=k_start.device)
-    mask_hull_kernel[(cdiv(t, _HULL_T),)](k_start, k_end, margs["mask"], hs, he, margs["dense"], t, n,
-                                          margs["stride_mask_t"], margs["stride_mask_k"], MASK_KIND=margs["MASK_KIND"],
-                                          BLOCK_T=_HULL_T, BLOCK_N=_HULL_N, num_warps=4)
+    hs, he = torch.empty_like(k_start), torch.empty_like(k_end)
+    mask_hull_kernel[(cdiv(t, _HULL_T),)](k_start, k_end, margs["mask"], hs, he, t, n, margs["stride_mask_t"],
+                                          margs["stride_mask_k"], MASK_KIND=margs["MASK_KIND"], BLOCK_T=_HULL_T,
+                                          BLOCK_N=_HULL_N, num_warps=4)
     return hs, he
 
 
@@ -247,7 +245,7 @@ def logits_aot_variants(target: str, cfg: configs.IndexerConfig | None = None, h
             qp = qxp = kp = _FP8_PTR[target]
         mp, kind, fill = _AOT_MASKS[mname] if mname else ("*i32", MASK_NONE.value, True)
         pointers = dict(q=qp, q_scale=qxp, k=kp, k_scale=kxp, weights="*bf16", k_start="*i32", k_end="*i32",
-                        mask=mp, dense="*i32", out="*fp32")
+                        mask=mp, out="*fp32")
         consts = dict(Q_FMT=qf, K_FMT=kf, K_ROW_SCALE=scaled, FNUZ=target == "gfx942" and scaled,
                       DOT_DTYPE=_FP8_TL[target] if fp8 else tl.bfloat16, DEC_DTYPE=configs.decode_dtype(target),
                       ALIGNED=True, D=head_dim, BLOCK_H=hp,
@@ -260,7 +258,7 @@ def logits_aot_variants(target: str, cfg: configs.IndexerConfig | None = None, h
                sig, consts, configs.launch_options(c, target), ints)
     for mname, mp in (("bool", "*u8"), ("bias bf16", "*bf16"), ("bias fp32", "*fp32")):
         consts = dict(MASK_KIND=_AOT_MASKS[mname][1], BLOCK_T=_HULL_T, BLOCK_N=_HULL_N)
-        pointers = dict(k_start="*i32", k_end="*i32", mask=mp, hull_start="*i32", hull_end="*i32", dense="*i32")
+        pointers = dict(k_start="*i32", k_end="*i32", mask=mp, hull_start="*i32", hull_end="*i32")
         sig = {a: ("constexpr" if a in consts else pointers.get(a, "i32")) for a in mask_hull_kernel.arg_names}
         yield (f"indexer_mask_hull[{mname}]", mask_hull_kernel, sig, consts, dict(num_warps=4),
                dict(T=tokens, K=tokens, stride_mask_t=tokens, stride_mask_k=1))
