@@ -26,11 +26,45 @@ def _mask(kind, t, n, gen):
     if kind == "bias":
         return torch.where(torch.rand(t, n, generator=gen) < 0.6, torch.randn(t, n, generator=gen), float("-inf"))
     if kind == "causal bias bf16":
-        return torch.zeros(t, n).masked_fill(~torch.ones(t, n, dtype=torch.bool).tril(n - t), float("-inf")).bfloat16()
+        return _causal_bias(t, n).bfloat16()
+    if kind == "causal bool, one hole":  # one row not an interval: its tile must read the mask
+        m = torch.ones(t, n, dtype=torch.bool).tril(n - t)
+        m[t - 3, (n - 3) // 2] = False
+        return m
+    if kind == "causal bias, one nonzero":  # one row's visible bias is not 0
+        b = _causal_bias(t, n)
+        b[5, 0] = 2.5
+        return b
     raise AssertionError(kind)
 
 
-KINDS = ["random bool", "causal bool", "broadcast bool", "bias", "causal bias bf16"]
+def _causal_bias(t, n):
+    return torch.zeros(t, n).masked_fill(~torch.ones(t, n, dtype=torch.bool).tril(n - t), float("-inf"))
+
+
+KINDS = ["random bool", "causal bool", "broadcast bool", "bias", "causal bias bf16", "causal bool, one hole",
+         "causal bias, one nonzero"]
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_dense_rows_are_the_wholly_shown_unbiased_hulls(kind, gen):
+    """The hull pass flags a row dense (its tile may skip reading the mask) exactly when every column
+    of its hull is shown and no shown bias is nonzero."""
+    from inductor_dsa.kernels import indexer_launch
+    t, n = 37, 75
+    m = _mask(kind, t, n, gen)
+    ks, ke = mask_ranges("ragged", t, n, gen)
+    margs = indexer_launch._mask_args(m.to(DEVICE), ks.to(DEVICE))
+    hs, he = indexer_launch._hull(ks.to(DEVICE), ke.to(DEVICE), margs, t, n)
+    j = torch.arange(n)
+    inside = (j >= ks[:, None].clamp(0, n)) & (j < ke[:, None])
+    shown = inside & (m if m.dtype == torch.bool else m != float("-inf"))
+    in_hull = (j >= hs.cpu()[:, None]) & (j < he.cpu()[:, None])
+    biased = (shown & (m != 0)).any(1) if m.dtype != torch.bool else torch.zeros(t, dtype=torch.bool)
+    want = ((shown == in_hull).all(1) & ~biased).int()
+    got = margs["row_mask"].cpu()
+    assert torch.equal(got.bool() if m.dtype == torch.bool else got == 0, want.bool())
+    assert 0 < int(want.sum()) or kind in ("random bool", "bias")
 
 
 @pytest.mark.parametrize("kind", KINDS)

@@ -22,12 +22,14 @@ then the selection engine (kernels/select.py) picks each row's top-k from it.
 Masks given as data (MASK_KIND, a [T, K] tensor of any strides, 0 included): bool (True =
 visible) or an additive fp32/bf16/fp16 bias (score + bias; a -inf bias hides). ``mask_hull_kernel``
 first narrows each row's [k_start, k_end) to the hull [first, last + 1) of its visible columns
-(empty: [0, 0)), written to fresh range tensors; the logits kernel skips blocks outside the hull
-exactly as it does for ranges (a causal mask costs what the causal range costs, plus reading the
-mask), and reads the mask block by block inside it. Shapes alone decide every launch (CUDA-graph
-capturable). In the top-k workspace (FILL off) a hidden column inside the hull is written NaN and
+(empty: [0, 0)), written to fresh range tensors, and marks the rows whose hull is wholly visible
+with no nonzero bias (dense: causal, sliding-window and padding masks, bool or 0 / -inf). The
+logits kernel skips blocks outside the hull exactly as it does for ranges; a tile whose rows are
+all dense reads one cached value per row instead of the mask, other tiles read the mask block by
+block. Shapes alone decide every launch (CUDA-graph capturable: the dense marks are read inside
+the kernel). In the top-k workspace (FILL off) a hidden column inside the hull is written NaN and
 a visible NaN score -inf: the select engine ranks NaN below -inf, so hidden columns come after
-every visible one, and the launcher turns the slots holding them into -1 (docs/semantics.md).
+every visible one, and ``hide_kernel`` turns the slots holding them into -1 (docs/semantics.md).
 """
 import triton
 import triton.language as tl
@@ -223,6 +225,7 @@ def mask_hull_kernel(
     mask,  # [T, K] uint8 (a bool mask's bytes) or fp32/bf16/fp16 bias, any strides
     hull_start,  # [T] int32 out: first visible column (empty row: 0)
     hull_end,  # [T] int32 out: last visible column + 1 (empty row: 0)
+    row_mask,  # [T] the mask's dtype, out: the kind's neutral value (True / 0) where the row is dense, else False / NaN
     T,
     K,
     stride_mask_t,
@@ -231,19 +234,71 @@ def mask_hull_kernel(
     BLOCK_T: tl.constexpr,
     BLOCK_N: tl.constexpr,
 ):
-    """hull = [first, last + 1) of the columns j in [k_start[t], k_end[t]) the mask shows, per row."""
+    """hull = [first, last + 1) of the columns j in [k_start[t], k_end[t]) the mask shows, per row;
+    a row is dense when its hull holds last + 1 - first shown columns of bias 0 (a NaN bias is
+    not). Elementwise accumulators, reduced once after the loop."""
     t, tm, s, e, lo, hi = _tile_ranges(k_start, k_end, tl.program_id(0) * BLOCK_T, T, K, BLOCK_T, BLOCK_N)
-    first = tl.full((BLOCK_T,), 0, tl.int32) + K
-    last = tl.full((BLOCK_T,), -1, tl.int32)
+    first = tl.full((BLOCK_T, BLOCK_N), 0, tl.int32) + K
+    last = tl.full((BLOCK_T, BLOCK_N), -1, tl.int32)
+    shown = tl.zeros((BLOCK_T, BLOCK_N), tl.int32)
     for j0 in range(lo, hi, BLOCK_N):
         j = (j0 + tl.arange(0, BLOCK_N))[None, :]
         inside = (j >= s[:, None]) & (j < e[:, None])
-        vis, _ = _mask_visible(mask, t[:, None], j, inside, stride_mask_t, stride_mask_k, MASK_KIND)
-        first = tl.minimum(first, tl.min(tl.where(vis, j, K), axis=1))
-        last = tl.maximum(last, tl.max(tl.where(vis, j, -1), axis=1))
+        vis, bias = _mask_visible(mask, t[:, None], j, inside, stride_mask_t, stride_mask_k, MASK_KIND)
+        first = tl.minimum(first, tl.where(vis, j, K))
+        last = tl.where(vis, j, last)
+        if MASK_KIND == MASK_BIAS:
+            vis = vis & (bias == 0.0)  # only unbiased columns count (a NaN bias is not 0)
+        shown += vis.to(tl.int32)
+    first, last, shown = tl.min(first, axis=1), tl.max(last, axis=1), tl.sum(shown, axis=1)
     live = last >= first
     tl.store(hull_start + t, tl.where(live, first, 0), mask=tm)
     tl.store(hull_end + t, tl.where(live, last + 1, 0), mask=tm)
+    dense = shown == tl.where(live, last + 1 - first, 0)
+    if MASK_KIND == MASK_BOOL:
+        flag = dense.to(tl.uint8)
+    else:
+        flag = tl.where(dense, 0.0, float("nan"))
+    tl.store(row_mask + t, flag.to(row_mask.dtype.element_ty), mask=tm)
+
+
+@triton.jit
+def _tile_mask(mask, row_mask, t, tm, stride_mask_t, stride_mask_k, MASK_KIND: tl.constexpr):
+    """(pointer, row stride, column stride) a logits tile reads its mask through: when every row
+    of the tile is dense, ``row_mask`` with column stride 0 (one cached value per row: True or a
+    bias of 0, the loads hit L1), else the mask itself. A pointer select, not a branch: the tile
+    loop keeps one body (a branch around the mask load measured slower than the reads it saved)."""
+    if MASK_KIND != MASK_NONE:
+        if MASK_KIND == MASK_BOOL:
+            dense = tl.min((tl.load(row_mask + t, mask=tm, other=1) != 0).to(tl.int32)) != 0
+        else:
+            dense = tl.min((tl.load(row_mask + t, mask=tm, other=0.0) == 0.0).to(tl.int32)) != 0
+        mask = tl.where(dense, row_mask, mask)
+        stride_mask_t = tl.where(dense, 1, stride_mask_t)
+        stride_mask_k = tl.where(dense, 0, stride_mask_k)
+    return mask, stride_mask_t, stride_mask_k
+
+
+@triton.jit
+def hide_kernel(
+    out_values,  # [n] fp32, the select's values (contiguous [T, topk] flattened)
+    out_indices,  # [n] int32, in place
+    mask,  # [T, K] uint8 (a bool mask's bytes) or fp32/bf16/fp16 bias, any strides
+    n,
+    TOPK,
+    stride_mask_t,
+    stride_mask_k,
+    MASK_KIND: tl.constexpr,
+    BLOCK: tl.constexpr,
+):
+    """out_indices[t, s] = -1 where the mask hides column out_indices[t, s]; only slots whose value
+    reads -inf are looked up (the select ranks hidden columns last, as NaN, and returns -inf)."""
+    i = tl.program_id(0).to(tl.int64) * BLOCK + tl.arange(0, BLOCK)
+    live = i < n
+    col = tl.load(out_indices + i, mask=live, other=-1)
+    maybe = (tl.load(out_values + i, mask=live, other=0.0) == float("-inf")) & (col >= 0)
+    vis, _ = _mask_visible(mask, i // TOPK, col, maybe, stride_mask_t, stride_mask_k, MASK_KIND)
+    tl.store(out_indices + i, tl.full((BLOCK,), -1, tl.int32), mask=maybe & ~vis)
 
 
 @triton.jit
@@ -256,6 +311,7 @@ def logits_kernel(
     k_start,  # [T] int32
     k_end,  # [T] int32
     mask,  # [T, K] uint8 (bool mask bytes) or fp32/bf16/fp16 bias, any strides (MASK_NONE: unused)
+    row_mask,  # [T] like mask: mask_hull_kernel's per-row value (MASK_NONE: unused)
     out,  # [rows, >= K] fp32: token t's row is t - row0
     T,
     K,
@@ -291,13 +347,15 @@ def logits_kernel(
     """out[t - row0, :] for tokens row0 <= t < T, one program per BLOCK_T tokens: score (+ bias)
     where visible (inside the row's range and shown by the mask); hidden columns of computed
     blocks -inf (FILL) or, with a mask and no FILL (the top-k workspace), NaN with visible NaN
-    scores -inf; with FILL, -inf everywhere else (without, the rest is left unwritten)."""
+    scores -inf; with FILL, -inf everywhere else (without, the rest is left unwritten). A tile of
+    dense rows only (``row_mask``) reads no mask: its ranges are the visible columns, its bias 0."""
     t0 = row0 + tl.program_id(0) * BLOCK_T
     qT, wv = query_tile(q, q_scale, weights, t0, T, H, stride_q_t, stride_q_h, stride_q_d, stride_q_scale_t,
                         stride_q_scale_h, stride_weights_t, stride_weights_h,
                         Q_FMT, FNUZ, BLOCK_T, BLOCK_H, D, DOT_DTYPE, K_FMT == FMT_MXFP4)
     t, tm, s, e, lo, hi = _tile_ranges(k_start, k_end, t0, T, K, BLOCK_T, BLOCK_N)
     row = out + (t - row0).to(tl.int64)[None, :] * stride_out_t
+    mask, stride_mask_t, stride_mask_k = _tile_mask(mask, row_mask, t, tm, stride_mask_t, stride_mask_k, MASK_KIND)
     for j0 in range(lo, hi, BLOCK_N):
         blk = _score_block(qT, wv, k, k_scale, j0, K, stride_k_n, stride_k_d, stride_k_scale_n, K_FMT, K_ROW_SCALE,
                            FNUZ, BLOCK_T, BLOCK_H, BLOCK_N, D, DOT_DTYPE, DEC_DTYPE, ALIGNED)

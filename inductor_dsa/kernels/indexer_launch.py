@@ -10,7 +10,7 @@ import triton.language as tl
 from . import autotune, configs, decode, select_launch
 from .autotune import bucket
 from .host import TL_DTYPES, cdiv, next_pow2
-from .indexer import MASK_BIAS, MASK_BOOL, MASK_NONE, logits_kernel, mask_hull_kernel
+from .indexer import MASK_BIAS, MASK_BOOL, MASK_NONE, hide_kernel, logits_kernel, mask_hull_kernel
 from .select import select_kernel
 
 FMT_TENSOR, FMT_MXFP4, FMT_FP8_BYTES = decode.FMT_TENSOR.value, decode.FMT_MXFP4.value, decode.FMT_FP8_BYTES.value
@@ -63,7 +63,7 @@ def _plan(q, q_scale, k, k_scale, weights, target: str):
     return args, h
 
 
-_HULL_T, _HULL_N = 16, 256  # mask_hull_kernel tile: rows x columns per step (num_warps 4)
+_HULL_T, _HULL_N, _HULL_WARPS = 16, 256, 8  # mask_hull_kernel tile: rows x columns per step, warps
 
 
 def mask_kind(mask) -> int:
@@ -75,33 +75,37 @@ def mask_kind(mask) -> int:
 def _mask_args(mask, k_start) -> dict:
     """The logits kernel's mask arguments: none (any pointer, unused), a bool mask's bytes, or the bias."""
     if mask is None:
-        return dict(mask=k_start, stride_mask_t=0, stride_mask_k=0, MASK_KIND=MASK_NONE.value)
+        return dict(mask=k_start, row_mask=k_start, stride_mask_t=0, stride_mask_k=0, MASK_KIND=MASK_NONE.value)
     data = mask.view(torch.uint8) if mask.dtype == torch.bool else mask
-    return dict(mask=data, stride_mask_t=mask.stride(0), stride_mask_k=mask.stride(1), MASK_KIND=mask_kind(mask))
+    return dict(mask=data, row_mask=data, stride_mask_t=mask.stride(0), stride_mask_k=mask.stride(1),
+                MASK_KIND=mask_kind(mask))
 
 
 def _hull(k_start, k_end, margs, t: int, n: int):
-    """Each row's [first, last + 1) of the columns inside [k_start, k_end) that the mask shows ([0, 0): none)."""
+    """Each row's [first, last + 1) of the columns inside [k_start, k_end) that the mask shows ([0, 0): none),
+    and into ``margs["row_mask"]`` per row True / 0 where the mask shows its hull whole with no nonzero
+    bias (the value a tile of such rows reads instead of the mask), else False / NaN."""
     if margs["MASK_KIND"] == MASK_NONE.value or not (t and n):
         return k_start, k_end
-    hs, he = torch.empty_like(k_start), torch.empty_like(k_end)
-    mask_hull_kernel[(cdiv(t, _HULL_T),)](k_start, k_end, margs["mask"], hs, he, t, n, margs["stride_mask_t"],
-                                          margs["stride_mask_k"], MASK_KIND=margs["MASK_KIND"], BLOCK_T=_HULL_T,
-                                          BLOCK_N=_HULL_N, num_warps=4)
+    hs, he = torch.empty((2, t), dtype=torch.int32, device=k_start.device)
+    margs["row_mask"] = torch.empty(t, dtype=margs["mask"].dtype, device=k_start.device)
+    mask_hull_kernel[(cdiv(t, _HULL_T),)](k_start, k_end, margs["mask"], hs, he, margs["row_mask"], t, n,
+                                          margs["stride_mask_t"], margs["stride_mask_k"], MASK_KIND=margs["MASK_KIND"],
+                                          BLOCK_T=_HULL_T, BLOCK_N=_HULL_N, num_warps=_HULL_WARPS)
     return hs, he
 
 
-def _hide(out_v, out_i, mask) -> None:
-    """Slots of ``out_i`` holding a column the mask hides become -1. The select ranked those last,
-    as NaN, so their values read -inf: only slots reading -inf are looked up in the mask (the others
-    read column 0, one cached address, instead of a scattered read per slot)."""
-    if mask is None or not out_i.numel():
+_HIDE_BLOCK = 1024  # hide_kernel: slots per program (num_warps 4)
+
+
+def _hide(out_v, out_i, margs) -> None:
+    """Slots of ``out_i`` holding a column the mask hides become -1 (``hide_kernel``, one pass)."""
+    if margs["MASK_KIND"] == MASK_NONE.value or not out_i.numel():
         return
-    maybe = out_v == float("-inf")
-    shown = mask.gather(1, torch.where(maybe, out_i.long().clamp(0, mask.shape[1] - 1), 0))
-    if mask.dtype != torch.bool:
-        shown = shown != float("-inf")
-    out_i.masked_fill_(maybe & ~shown, -1)
+    n = out_i.numel()
+    hide_kernel[(cdiv(n, _HIDE_BLOCK),)](out_v, out_i, margs["mask"], n, out_i.shape[1], margs["stride_mask_t"],
+                                         margs["stride_mask_k"], MASK_KIND=margs["MASK_KIND"], BLOCK=_HIDE_BLOCK,
+                                         num_warps=4)
 
 
 def _logits_into(out, row0, rows, t, n, h, plan, k_start, k_end, target, fill, cfg):
@@ -154,7 +158,7 @@ def indexer_topk(q, q_scale, k, k_scale, weights, k_start, k_end, topk: int, mas
 
     def run(cfg):
         out_v, out_i = _indexer_topk(plan, h, q, k, k_start, k_end, topk, target, cfg)
-        _hide(out_v, out_i, mask)
+        _hide(out_v, out_i, plan)
         return out_v, out_i
     if q.shape[0] == 0 or k.shape[0] == 0:
         return run(None)
@@ -245,7 +249,7 @@ def logits_aot_variants(target: str, cfg: configs.IndexerConfig | None = None, h
             qp = qxp = kp = _FP8_PTR[target]
         mp, kind, fill = _AOT_MASKS[mname] if mname else ("*i32", MASK_NONE.value, True)
         pointers = dict(q=qp, q_scale=qxp, k=kp, k_scale=kxp, weights="*bf16", k_start="*i32", k_end="*i32",
-                        mask=mp, out="*fp32")
+                        mask=mp, row_mask=mp, out="*fp32")
         consts = dict(Q_FMT=qf, K_FMT=kf, K_ROW_SCALE=scaled, FNUZ=target == "gfx942" and scaled,
                       DOT_DTYPE=_FP8_TL[target] if fp8 else tl.bfloat16, DEC_DTYPE=configs.decode_dtype(target),
                       ALIGNED=True, D=head_dim, BLOCK_H=hp,
@@ -258,10 +262,15 @@ def logits_aot_variants(target: str, cfg: configs.IndexerConfig | None = None, h
                sig, consts, configs.launch_options(c, target), ints)
     for mname, mp in (("bool", "*u8"), ("bias bf16", "*bf16"), ("bias fp32", "*fp32")):
         consts = dict(MASK_KIND=_AOT_MASKS[mname][1], BLOCK_T=_HULL_T, BLOCK_N=_HULL_N)
-        pointers = dict(k_start="*i32", k_end="*i32", mask=mp, hull_start="*i32", hull_end="*i32")
+        pointers = dict(k_start="*i32", k_end="*i32", mask=mp, hull_start="*i32", hull_end="*i32", row_mask=mp)
         sig = {a: ("constexpr" if a in consts else pointers.get(a, "i32")) for a in mask_hull_kernel.arg_names}
-        yield (f"indexer_mask_hull[{mname}]", mask_hull_kernel, sig, consts, dict(num_warps=4),
+        yield (f"indexer_mask_hull[{mname}]", mask_hull_kernel, sig, consts, dict(num_warps=_HULL_WARPS),
                dict(T=tokens, K=tokens, stride_mask_t=tokens, stride_mask_k=1))
+        consts = dict(MASK_KIND=_AOT_MASKS[mname][1], BLOCK=_HIDE_BLOCK)
+        pointers = dict(out_values="*fp32", out_indices="*i32", mask=mp)
+        sig = {a: ("constexpr" if a in consts else pointers.get(a, "i32")) for a in hide_kernel.arg_names}
+        yield (f"indexer_mask_hide[{mname}]", hide_kernel, sig, consts, dict(num_warps=4),
+               dict(n=tokens * 512, TOPK=512, stride_mask_t=tokens, stride_mask_k=1))
 
 
 def select_aot_variants(target: str, sel: configs.SelectConfig, tokens: int = 4096):
