@@ -115,6 +115,7 @@ def bench_fused(name, t, n, mask, topk):
 SWEEP = [  # SelectConfig fields tried with --sweep on every select case
     dict(), dict(ch=512), dict(ch=512, num_warps=8), dict(ch=1024, num_warps=8), dict(bits=8, ch=512),
     dict(chunk=4096), dict(chunk_programs=8), dict(rank_rows=0),
+    dict(packed=True), dict(packed=True, ch=128), dict(packed=True, ch=512, num_warps=8),
 ]
 
 

@@ -133,3 +133,23 @@ def test_chunked_graph_capture(gen):
     graph.replay()
     want_v, want_i = reference.logits_topk(x.cpu().double(), topk, ks.cpu(), ke.cpu())
     assert torch.equal(out[1].cpu(), want_i.to(torch.int32))
+
+
+@pytest.mark.parametrize("rows,n,topk", [(5, 100, 8), (6, 255, 16), (4, 250, 100), (7, 33, 40), (3, 256, 255)])
+@pytest.mark.parametrize("kind", ["normal", "ties", "special"])
+@pytest.mark.parametrize("ch", [None, 2])
+def test_packed_histograms_exact(rows, n, topk, kind, ch, gen, monkeypatch):
+    """One program per row with the packed-count histograms (an autotuning candidate) equals the
+    oracle; ch=2 puts up to 128 counts in one slot's 8-bit field (ties: most in one bin)."""
+    cfg = dataclasses.replace(configs.SELECT[TARGET], packed=True, few_rows=1, ch=ch or configs.SELECT[TARGET].ch)
+    monkeypatch.setitem(configs.SELECT, TARGET, cfg)
+    assert not select_launch.chunked(rows, n, cfg)
+    x = _values(kind, rows, n, gen)
+    _check(x, topk, *_ranges(rows, n, gen))
+
+
+def test_packed_histograms_refuse_counts_that_could_overflow():
+    with pytest.raises(ValueError, match="255 steps"):
+        dataclasses.replace(configs.SELECT[TARGET], packed=True, row_max=256 * 64, ch=64)
+    with pytest.raises(ValueError, match="bits=8"):
+        dataclasses.replace(configs.SELECT[TARGET], packed=True, bits=8)

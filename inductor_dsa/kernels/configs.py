@@ -74,6 +74,7 @@ class SelectConfig:
     ch: int           # ... elements per step of its radix-select passes
     min_rows: int     # a prefill workspace chunk holds at least this many rows (fills the GPU)
     bits: int = 4     # ... and its digit width: up to 32/bits histograms of 2**bits bins
+    packed: bool = False  # ... counted in packed per-slot registers, not tl.histogram (bits 4, row_max/ch <= 255)
     row_max: int = 16384   # longer rows take the chunked passes ...
     few_rows: int = 128    # ... and so do rows longer than a chunk when there are fewer rows than this
     chunk: int = 2048      # columns per program of the chunked passes, at most ...
@@ -85,6 +86,11 @@ class SelectConfig:
     rank_rows: int = 8     # at most this many rows: winners ranked by topk / rank_slice programs per row
     rank_slice: int = 8    # winners per program: an [8, topk] comparison over 16 warps (AOT gfx942:
     rank_warps: int = 16   # [64, 2048] and [8, 2048] over 4-8 warps spilled SGPRs)
+
+    def __post_init__(self):
+        if self.packed and (self.bits != 4 or -(-self.row_max // self.ch) > 255 or self.row_max >= 1 << 16):
+            raise ValueError(f"packed select histograms need bits=4, rows under 2**16 columns and at most 255 "
+                             f"steps of ch per row (row_max {self.row_max}, ch {self.ch}), got bits={self.bits}")
 
 
 # H200 (torch 2.11, triton 3.6), one program per row, 4096 causal rows of 4096, top-512: 8-bit
@@ -254,9 +260,10 @@ CANDIDATES = {
     },
     "select": {
         **{t: (SELECT[t], dataclasses.replace(SELECT[t], num_warps=8), dataclasses.replace(SELECT[t], ch=128),
-               dataclasses.replace(SELECT[t], chunk_warps=8))
+               dataclasses.replace(SELECT[t], chunk_warps=8), dataclasses.replace(SELECT[t], packed=True))
            for t in ("sm90", "gfx942", OTHER)},
-        "interpreter": (SELECT["interpreter"], dataclasses.replace(SELECT["interpreter"], ch=128)),
+        "interpreter": (SELECT["interpreter"], dataclasses.replace(SELECT["interpreter"], ch=128),
+                        dataclasses.replace(SELECT["interpreter"], packed=True)),
     },
     "paged": {
         "sm90": (PAGED["sm90"], dataclasses.replace(PAGED["sm90"], num_stages=3),

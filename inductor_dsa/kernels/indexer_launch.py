@@ -276,7 +276,7 @@ def logits_aot_variants(target: str, cfg: configs.IndexerConfig | None = None, h
 def select_aot_variants(target: str, sel: configs.SelectConfig, tokens: int = 4096):
     """The selection engine's kernels with config ``sel``: one program per row, and the chunked passes."""
     for n in (512, 1024, 2048):
-        consts = dict(TOPK=n, TOPK_P2=next_pow2(n), BLOCK_SELECT=sel.ch, BITS=sel.bits)
+        consts = dict(TOPK=n, TOPK_P2=next_pow2(n), BLOCK_SELECT=sel.ch, BITS=sel.bits, PACKED=sel.packed)
         pointers = dict(scores="*fp32", k_start="*i32", k_end="*i32", out_values="*fp32", out_indices="*i32")
         sig = {a: ("constexpr" if a in consts else pointers.get(a, "i32")) for a in select_kernel.arg_names}
         yield (f"indexer_select[topk={n}]", select_kernel, sig, consts, dict(num_warps=sel.num_warps),

@@ -15,8 +15,12 @@ then sorted by (key, -column).
 Two shapes of work, chosen by shapes only (kernels/select_launch.py):
   ``select_kernel``: one program per row (many rows of at most ``row_max`` columns). Its
     ``select_row`` loops over the row in steps of BLOCK_SELECT columns for every digit pass, then
-    compacts the winners and sorts them (bitonic, ``_sort_keys``). The paged decode indexer
-    uses ``select_row`` for its chunk selects and final merge.
+    compacts the winners and sorts them (bitonic, ``_sort_keys``). Its 4-bit histograms come
+    from ``tl.histogram`` (per step: warp ballots, then shared-memory atomics between three
+    barriers) or, with ``SelectConfig.packed`` (an autotuning candidate, not yet timed), from
+    per-slot packed counts reduced once per pass (``_packed_histogram``: sm90 PTX 73 instructions
+    per step and no barrier, against 103 and three). The paged decode indexer uses ``select_row``
+    for its chunk selects and final merge.
   chunked (long rows, or few rows): every row is cut into chunks of CHUNK columns, one program
     per (row, chunk), a launch per digit pass. ``radix_pass_kernel`` adds its chunk's digit
     histogram to the row's (int atomics: deterministic); its last launch (PASS == PASSES) counts,
@@ -337,6 +341,43 @@ def rank_sort_kernel(
 
 
 @triton.jit
+def _packed_histogram(scores, s, e, thr, fixed, shift, BLOCK_SELECT: tl.constexpr):
+    """16-bin histogram of the 4-bit digit at ``shift`` of the keys of scores[s:e] whose top bits
+    (``fixed``) equal ``thr``, without ``tl.histogram``: each column slot keeps 8-bit counts,
+    four bins to an int32, added elementwise (no cross-thread work or barrier inside the loop),
+    then summed once as 16-bit pairs. A slot counts at most one key per step, so its counts hold
+    while (e - s) / BLOCK_SELECT <= 255 (``SelectConfig`` checks row_max / ch)."""
+    a0 = tl.zeros((BLOCK_SELECT,), tl.int32)
+    a1 = tl.zeros((BLOCK_SELECT,), tl.int32)
+    a2 = tl.zeros((BLOCK_SELECT,), tl.int32)
+    a3 = tl.zeros((BLOCK_SELECT,), tl.int32)
+    for c0 in range(s, e, BLOCK_SELECT):
+        cols = c0 + tl.arange(0, BLOCK_SELECT)
+        key = sel_key(tl.load(scores + cols, mask=cols < e, other=0.0))
+        d = ((key >> shift) & 15).to(tl.int32)
+        inc = tl.where((cols < e) & ((key & fixed) == thr), 1 << ((d & 3) * 8), 0)
+        w = d >> 2
+        a0 += tl.where(w == 0, inc, 0)
+        a1 += tl.where(w == 1, inc, 0)
+        a2 += tl.where(w == 2, inc, 0)
+        a3 += tl.where(w == 3, inc, 0)
+    bins = tl.arange(0, 16)
+    hist = _unpack_counts(a0, bins, 0) + _unpack_counts(a1, bins, 4)
+    return hist + _unpack_counts(a2, bins, 8) + _unpack_counts(a3, bins, 12)
+
+
+@triton.jit
+def _unpack_counts(acc, bins, first):
+    """Bins first .. first + 3 of packed 8-bit counts summed over the slots, placed in ``bins``:
+    fields 0 and 2 (then 1 and 3) summed as 16-bit halves, which hold any bin's total (at most
+    the row's length, < 2**16: ``SelectConfig`` checks row_max)."""
+    even = tl.sum(acc & 0x00FF00FF, 0)
+    odd = tl.sum((acc >> 8) & 0x00FF00FF, 0)
+    hist = tl.where(bins == first, even & 0xFFFF, 0) + tl.where(bins == first + 2, even >> 16, 0)
+    return hist + tl.where(bins == first + 1, odd & 0xFFFF, 0) + tl.where(bins == first + 3, odd >> 16, 0)
+
+
+@triton.jit
 def select_row(
     scores,  # [>= col_end] fp32: the row
     col_start,  # first column of the range
@@ -350,6 +391,7 @@ def select_row(
     score_indices=None,  # [>= col_end] int32 or None: the index written for each position
     BITS: tl.constexpr = 8,  # radix digit width
     EARLY_EXIT: tl.constexpr = True,
+    PACKED: tl.constexpr = False,  # BITS 4 only: histograms by ``_packed_histogram``
 ):
     """Top-TOPK of scores[col_start:col_end] into out_values/out_indices[0:TOPK], sorted descending.
 
@@ -382,12 +424,16 @@ def select_row(
         while done == 0:
             shift = 32 - BITS - nbits
             fixed = ones ^ (ones >> nbits.to(tl.uint32))  # the top nbits bits
-            hist = tl.zeros((NBINS,), tl.int32)
-            for c0 in range(s, e, BLOCK_SELECT):
-                cols = c0 + tl.arange(0, BLOCK_SELECT)
-                key = sel_key(tl.load(scores + cols, mask=cols < e, other=0.0))
-                m = (cols < e) & ((key & fixed) == thr)
-                hist += tl.histogram(((key >> shift.to(tl.uint32)) & (NBINS - 1)).to(tl.int32), NBINS, mask=m)
+            if PACKED:
+                tl.static_assert(BITS == 4, "packed histograms have 16 bins")
+                hist = _packed_histogram(scores, s, e, thr, fixed, shift.to(tl.uint32), BLOCK_SELECT)
+            else:
+                hist = tl.zeros((NBINS,), tl.int32)
+                for c0 in range(s, e, BLOCK_SELECT):
+                    cols = c0 + tl.arange(0, BLOCK_SELECT)
+                    key = sel_key(tl.load(scores + cols, mask=cols < e, other=0.0))
+                    m = (cols < e) & ((key & fixed) == thr)
+                    hist += tl.histogram(((key >> shift.to(tl.uint32)) & (NBINS - 1)).to(tl.int32), NBINS, mask=m)
             at_least = tl.cumsum(hist, 0, reverse=True)
             digit = tl.max(tl.where(at_least >= need, bins, 0), 0)
             need -= tl.sum(tl.where(bins > digit, hist, 0), 0)
@@ -443,6 +489,7 @@ def select_kernel(
     TOPK_P2: tl.constexpr,  # next power of two of TOPK
     BLOCK_SELECT: tl.constexpr,  # columns per step of every pass
     BITS: tl.constexpr,  # radix digit width
+    PACKED: tl.constexpr,  # histograms without tl.histogram (select_row)
 ):
     """Top-k of the staged scores[t - row0, k_start[t]:k_end[t]] for one token t per program."""
     t = row0 + tl.program_id(0)
@@ -451,4 +498,4 @@ def select_kernel(
         e = tl.maximum(tl.minimum(tl.load(k_end + t), K), s)
         select_row(scores + tl.program_id(0).to(tl.int64) * stride_scores_r, s, e,
                    out_values + t.to(tl.int64) * TOPK, out_indices + t.to(tl.int64) * TOPK, TOPK, TOPK_P2,
-                   BLOCK_SELECT, BITS=BITS)
+                   BLOCK_SELECT, BITS=BITS, PACKED=PACKED)

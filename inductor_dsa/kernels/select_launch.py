@@ -40,7 +40,7 @@ def select(src, row0: int, rows: int, t: int, n: int, k_start, k_end, out_v, out
     if not chunked(rows, n, cfg):
         select_kernel[(rows,)](src, k_start, k_end, out_v, out_i, row0, t, n, src.stride(0),
                                TOPK=topk, TOPK_P2=topk_p2, BLOCK_SELECT=cfg.ch, BITS=cfg.bits,
-                               num_warps=cfg.num_warps)
+                               PACKED=cfg.packed, num_warps=cfg.num_warps)
         return
     bits, chunk = cfg.pass_bits, chunk_size(src.device, rows, n, cfg)
     passes = 32 // bits
