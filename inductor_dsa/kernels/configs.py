@@ -259,8 +259,10 @@ CANDIDATES = {
         "interpreter": (INDEXER_LOGITS["interpreter"], IndexerConfig(rows=16, bn=32, num_warps=4, num_stages=1)),
     },
     "select": {
+        # packed histograms: gfx942 only; triton 3.6's sm90 build of top-512 spilled 24 B (3.7: none)
         **{t: (SELECT[t], dataclasses.replace(SELECT[t], num_warps=8), dataclasses.replace(SELECT[t], ch=128),
-               dataclasses.replace(SELECT[t], chunk_warps=8), dataclasses.replace(SELECT[t], packed=True))
+               dataclasses.replace(SELECT[t], chunk_warps=8))
+              + ((dataclasses.replace(SELECT[t], packed=True),) if t == "gfx942" else ())
            for t in ("sm90", "gfx942", OTHER)},
         "interpreter": (SELECT["interpreter"], dataclasses.replace(SELECT["interpreter"], ch=128),
                         dataclasses.replace(SELECT["interpreter"], packed=True)),

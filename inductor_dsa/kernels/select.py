@@ -17,7 +17,7 @@ Two shapes of work, chosen by shapes only (kernels/select_launch.py):
     ``select_row`` loops over the row in steps of BLOCK_SELECT columns for every digit pass, then
     compacts the winners and sorts them (bitonic, ``_sort_keys``). Its 4-bit histograms come
     from ``tl.histogram`` (per step: warp ballots, then shared-memory atomics between three
-    barriers) or, with ``SelectConfig.packed`` (an autotuning candidate, not yet timed), from
+    barriers) or, with ``SelectConfig.packed`` (gfx942's autotuning candidate, not yet timed), from
     per-slot packed counts reduced once per pass (``_packed_histogram``: sm90 PTX 73 instructions
     per step and no barrier, against 103 and three). The paged decode indexer uses ``select_row``
     for its chunk selects and final merge.
