@@ -13,7 +13,7 @@ import torch
 
 from . import formats
 
-NAN_KEY = -2**31 + 1   # f32_keys of every NaN: below key(-inf) = -2**31 + 2**23 - 1
+NAN_KEY = -2**31 + 1   # f32_keys of every NaN: below key(-inf) = -(2**31 - 2**23)
 HIDDEN_KEY = -2**31    # not visible: below everything
 
 
@@ -64,11 +64,11 @@ def indexer_logits(q, q_scale, k, k_scale, weights, k_start, k_end, mask=None) -
 
 def f32_keys(x: torch.Tensor) -> torch.Tensor:
     """int32 order-preserving keys of fp32 ``x``, the torch twin of ``kernels.select.sel_key``
-    (uint32, NaN key 0): a < b => key(a) < key(b); key(-0.0) == key(+0.0); every NaN -> NAN_KEY <
-    key(-inf)."""
-    x = torch.where(x == 0, 0.0, x.float())
+    (uint32 2**31 +- magnitude, NaN key 0) less 2**31: +-magnitude bits; a < b => key(a) < key(b);
+    key(-0.0) == key(+0.0) == 0; every NaN -> NAN_KEY < key(-inf)."""
+    x = x.float()
     bits = x.view(torch.int32)
-    return torch.where(bits < 0, bits ^ 0x7FFFFFFF, bits).masked_fill(x.isnan(), NAN_KEY)
+    return torch.where(bits < 0, -(bits & 0x7FFFFFFF), bits).masked_fill(x.isnan(), NAN_KEY)
 
 
 def topk_from_logits(logits: torch.Tensor, topk: int, visible: torch.Tensor):

@@ -1,6 +1,6 @@
 """The selection engine (kernels/select.py) against the float64 oracle, exactly: both paths
 (one program per row; chunked passes with a per-row bitonic sort or the multi-program rank
-sort), odd lengths, long rows, ties, +-0, -inf, NaN, empty and out-of-range ranges, k above
+sort), odd lengths, long rows, ties, +-0, -inf, NaN of either sign, subnormals, empty and out-of-range ranges, k above
 the visible count. On the CPU the interpreter's config sends rows above 256 columns, or rows
 of over 64 columns when fewer than 3, to the chunked path (configs.SELECT["interpreter"])."""
 import dataclasses
@@ -21,9 +21,10 @@ def _values(kind, t, n, gen):
     x = torch.randn(t, n, generator=gen)
     if kind == "ties":          # few distinct scores: the tie rule decides most slots
         x = torch.randint(-3, 3, (t, n), generator=gen).float()
-    elif kind == "special":     # +-0, +-inf and NaN among ties
-        pick = torch.randint(0, 6, (t, n), generator=gen)
-        vals = torch.tensor([0.0, -0.0, float("inf"), float("-inf"), float("nan"), 1.0])
+    elif kind == "special":     # +-0, +-inf, NaN of either sign and +-subnormals among ties
+        vals = torch.tensor([0.0, -0.0, float("inf"), float("-inf"), float("nan"), 1.0, -float("nan"), 1e-40,
+                             -1e-40, 1e-45, -1e-45])
+        pick = torch.randint(0, len(vals), (t, n), generator=gen)
         x = torch.where(torch.rand(t, n, generator=gen) < 0.7, vals[pick], x.round())
     return x
 

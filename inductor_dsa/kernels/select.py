@@ -33,23 +33,25 @@ Two shapes of work, chosen by shapes only (kernels/select_launch.py):
 import triton
 import triton.language as tl
 
-NEG_INF_KEY = tl.constexpr(0x007FFFFF)  # sel_key(-inf); NaN's key 0 lies below it
+NEG_INF_KEY = tl.constexpr(0x00800000)  # sel_key(-inf); NaN's key 0 lies below it
 
 
 @triton.jit
 def sel_key(x):
-    """Order-preserving uint32 key of a float32: -0.0 and +0.0 share 0x80000000, NaN is 0 (below
-    -inf's key, 0x007FFFFF)."""
-    u = tl.where(x == 0.0, 0, x.to(tl.uint32, bitcast=True))
-    key = tl.where((u >> 31) == 1, u ^ 0xFFFFFFFF, u | 0x80000000)
-    return tl.where(x != x, 0, key)
+    """Order-preserving uint32 key of a float32, 2**31 +- its magnitude bits: -0.0 and +0.0 share
+    0x80000000, NaN is 0 (below -inf's key, 0x00800000). Integer ops only (no float compare)."""
+    i = x.to(tl.int32, bitcast=True)
+    mag = i & 0x7FFFFFFF
+    neg = i >> 31  # 0, or -1 for a set sign bit
+    key = ((mag ^ neg) - neg) ^ -2147483648  # 2**31 + mag, or 2**31 - mag
+    return tl.where(mag > 0x7F800000, 0, key.to(tl.uint32, bitcast=True))
 
 
 @triton.jit
 def key_to_f32(key):
     """Inverse of sel_key (NaN and -0.0 come back as the keys they were mapped to)."""
-    u = tl.where((key >> 31) == 1, key & 0x7FFFFFFF, key ^ 0xFFFFFFFF)
-    return u.to(tl.float32, bitcast=True)
+    d = (key ^ 0x80000000).to(tl.int32, bitcast=True)  # +mag or -mag
+    return tl.where(d < 0, (-d) | -2147483648, d).to(tl.float32, bitcast=True)
 
 
 @triton.jit
