@@ -23,7 +23,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from common import CEILINGS, DEVICE, env_line, graphed, peak_extra_bytes, table, time_ms, write_json  # noqa: E402
 import inductor_dsa  # noqa: E402
 from inductor_dsa import formats, reference  # noqa: E402
-from inductor_dsa.kernels import configs  # noqa: E402
+from inductor_dsa.kernels import configs, select_launch  # noqa: E402
 
 SELECT_CASES = [  # name, T, K, mask, topk
     ("[4096, 4096] causal", 4096, 4096, "causal", 512),
@@ -112,11 +112,12 @@ def bench_fused(name, t, n, mask, topk):
     return rows
 
 
-SWEEP = [  # SelectConfig fields tried with --sweep on every select case
-    dict(), dict(ch=512), dict(ch=512, num_warps=8), dict(ch=1024, num_warps=8), dict(bits=8, ch=512),
-    dict(chunk=4096), dict(chunk_programs=8), dict(rank_rows=0),
-    dict(packed=True), dict(packed=True, ch=128), dict(packed=True, ch=512, num_warps=8),
+SWEEP = [  # SelectConfig fields tried with --sweep (per-row fields only on the one-program-per-row cases)
+    dict(), dict(ch=512, num_warps=8), dict(chunk=4096), dict(chunk_programs=8), dict(rank_rows=0),
+    dict(packed=True), dict(packed=True, ch=512), dict(packed=True, ch=1024), dict(packed=True, ch=512, num_warps=8),
+    dict(packed=True, ch=1024, num_warps=8), dict(packed=True, ch=2048, num_warps=8),
 ]
+PER_ROW = {"num_warps", "ch", "bits", "packed"}  # fields of select_kernel alone
 
 
 def kernel_times(fn, calls=5) -> dict:
@@ -161,12 +162,16 @@ def sweep(cases):
     for name, t, n, mask, topk in cases:
         ks, ke = ranges(t, n, mask)
         logits = torch.randn(t, n, device=DEVICE)
+        masked = logits.masked_fill(~reference.visible_mask(ks, ke, n), float("-inf"))
         for change in SWEEP:
+            if set(change) <= PER_ROW and change and select_launch.chunked(t, n, keep):
+                continue
             configs.SELECT[target] = dataclasses.replace(keep, **change)
             try:
                 fn = lambda: inductor_dsa.logits_topk(logits, topk, k_start=ks, k_end=ke)
+                check = check_select(*fn(), masked, topk)
                 p, gr = times(fn)
-                print(f"sweep {name} k={topk} {change}: {p:.4f} ms, graph {gr:.4f} ms", flush=True)
+                print(f"sweep {name} k={topk} {change}: {p:.4f} ms, graph {gr:.4f} ms, {check}", flush=True)
             except Exception as e:  # noqa: BLE001 - a config that fails to compile is reported
                 print(f"sweep {name} {change}: {type(e).__name__} {e}"[:300], flush=True)
         configs.SELECT[target] = keep
