@@ -142,7 +142,8 @@ def test_chunked_graph_capture(gen):
 def test_packed_histograms_exact(rows, n, topk, kind, ch, gen, monkeypatch):
     """One program per row with the packed-count histograms (an autotuning candidate) equals the
     oracle; ch=2 puts up to 128 counts in one slot's 8-bit field (ties: most in one bin)."""
-    cfg = dataclasses.replace(configs.SELECT[TARGET], packed=True, few_rows=1, ch=ch or configs.SELECT[TARGET].ch)
+    cfg = dataclasses.replace(configs.SELECT[TARGET], packed=True, few_rows=1, row_max=256,
+                              ch=ch or configs.SELECT[TARGET].ch)
     monkeypatch.setitem(configs.SELECT, TARGET, cfg)
     assert not select_launch.chunked(rows, n, cfg)
     x = _values(kind, rows, n, gen)
