@@ -155,3 +155,14 @@ def test_packed_histograms_refuse_counts_that_could_overflow():
         dataclasses.replace(configs.SELECT[TARGET], packed=True, row_max=256 * 64, ch=64)
     with pytest.raises(ValueError, match="bits=8"):
         dataclasses.replace(configs.SELECT[TARGET], packed=True, bits=8)
+
+
+@pytest.mark.parametrize("rows,n,topk", [(5, 100, 8), (4, 250, 100), (7, 33, 40), (6, 256, 64), (3, 200, 255)])
+@pytest.mark.parametrize("kind", ["normal", "ties", "special"])
+def test_sort_apart_exact(rows, n, topk, kind, gen, monkeypatch):
+    """One program per row leaving its winners unsorted for ``sort_rows_kernel`` (top-k at or
+    above ``sort_apart``) equals the oracle, padded slots included."""
+    cfg = dataclasses.replace(configs.SELECT[TARGET], sort_apart=1, few_rows=1, row_max=256)
+    monkeypatch.setitem(configs.SELECT, TARGET, cfg)
+    assert not select_launch.chunked(rows, n, cfg)
+    _check(_values(kind, rows, n, gen), topk, *_ranges(rows, n, gen))

@@ -75,6 +75,7 @@ class SelectConfig:
     min_rows: int     # a prefill workspace chunk holds at least this many rows (fills the GPU)
     bits: int = 4     # ... and its digit width: up to 32/bits histograms of 2**bits bins
     packed: bool = False  # ... counted in packed per-slot registers, not tl.histogram (bits 4, row_max/ch <= 255)
+    prefetch: bool = True  # ... loading each step's scores one step ahead
     row_max: int = 16384   # longer rows take the chunked passes ...
     few_rows: int = 128    # ... and so do rows longer than a chunk when there are fewer rows than this
     chunk: int = 2048      # columns per program of the chunked passes, at most ...
@@ -82,6 +83,8 @@ class SelectConfig:
     chunk_programs: int = 4
     chunk_warps: int = 4
     pass_bits: int = 8     # digit width of the chunked passes (one launch each)
+    sort_apart: int = 1024  # one program per row: top-k of at least this many sorted by a second launch ...
+    row_sort_warps: int = 8  # ... on this many warps (sort_rows_kernel)
     sort_warps: int = 4    # per-row bitonic sort of the chunked path's winners
     rank_rows: int = 8     # at most this many rows: winners ranked by topk / rank_slice programs per row
     rank_slice: int = 8    # winners per program: an [8, topk] comparison over 16 warps (AOT gfx942:
@@ -99,6 +102,11 @@ class SelectConfig:
 # replayed); 4-bit chunked digits (8 launches) lost everywhere. A one-program-per-row variant
 # holding the whole row in registers lost to the memory loop: [4096, 4096] causal k=512 0.277
 # vs 0.187 ms, [8192, 8192] k=1024 1.47 vs 0.93 ms (it computes the masked columns too).
+# H100 (same versions, 2026-12-06, graph replay, [4096, 4096] / [8192, 8192] / [16384, 4096]):
+# prefetch on 0.175 / 0.818 / 0.630 ms, off 0.179 / 0.843 / 0.644; sorting top-1024 apart on 8
+# warps 0.818 against 0.855 in-kernel (16 warps 0.832; apart at top-512 0.211 vs 0.204); CH 512
+# and 8 warps lost everywhere. A sampled bracket (sort 256+ sampled keys, radix passes over the
+# candidates only) lost by 12-15%.
 SELECT = {
     "sm90": SelectConfig(num_warps=4, ch=256, min_rows=512),
     "gfx942": SelectConfig(num_warps=4, ch=256, min_rows=512),

@@ -14,8 +14,11 @@ then sorted by (key, -column).
 
 Two shapes of work, chosen by shapes only (kernels/select_launch.py):
   ``select_kernel``: one program per row (many rows of at most ``row_max`` columns). Its
-    ``select_row`` loops over the row in steps of BLOCK_SELECT columns for every digit pass, then
-    compacts the winners and sorts them (bitonic, ``_sort_keys``). Its 4-bit histograms come
+    ``select_row`` loops over the row in steps of BLOCK_SELECT columns for every digit pass
+    (with PREFETCH each step's load is issued a step ahead), then compacts the winners (a tie
+    rank per column only when the threshold bin is partly needed) and sorts them (bitonic,
+    ``_sort_keys``), or, for top-k of at least ``SelectConfig.sort_apart``, leaves them to
+    ``sort_rows_kernel`` on more warps (SORT_HERE off). Its 4-bit histograms come
     from ``tl.histogram`` (per step: warp ballots, then shared-memory atomics between three
     barriers) or, with ``SelectConfig.packed`` (gfx942's autotuning candidate, not yet timed), from
     per-slot packed counts reduced once per pass (``_packed_histogram``: sm90 PTX 73 instructions
@@ -380,6 +383,46 @@ def _unpack_counts(acc, bins, first):
 
 
 @triton.jit
+def _digit_histogram(scores, s, e, thr, fixed, shift, NBINS: tl.constexpr, BLOCK_SELECT: tl.constexpr,
+                     PACKED: tl.constexpr, PREFETCH: tl.constexpr):
+    """NBINS-bin histogram of the digit at ``shift`` of the keys of scores[s:e] whose top bits
+    (``fixed``) equal ``thr``: ``tl.histogram`` per step, or ``_packed_histogram`` (PACKED)."""
+    if PACKED:
+        tl.static_assert(NBINS == 16, "packed histograms have 16 bins")
+        hist = _packed_histogram(scores, s, e, thr, fixed, shift, BLOCK_SELECT)
+    else:
+        hist = tl.zeros((NBINS,), tl.int32)
+        carry = _first_step(scores, s, e, BLOCK_SELECT, PREFETCH)
+        for c0 in range(s, e, BLOCK_SELECT):
+            cols = c0 + tl.arange(0, BLOCK_SELECT)
+            x, key, carry = _step(scores, cols, e, carry, BLOCK_SELECT, PREFETCH)
+            m = (cols < e) & ((key & fixed) == thr)
+            hist += tl.histogram(((key >> shift) & (NBINS - 1)).to(tl.int32), NBINS, mask=m)
+    return hist
+
+
+@triton.jit
+def _first_step(scores, s, e, BLOCK_SELECT: tl.constexpr, PREFETCH: tl.constexpr):
+    """The carry of ``_step`` into a loop over scores[s:e]: with PREFETCH the first step's scores."""
+    cols = s + tl.arange(0, BLOCK_SELECT)
+    if PREFETCH:
+        return tl.load(scores + cols, mask=cols < e, other=0.0)
+    return tl.zeros((BLOCK_SELECT,), tl.float32)
+
+
+@triton.jit
+def _step(scores, cols, e, carry, BLOCK_SELECT: tl.constexpr, PREFETCH: tl.constexpr):
+    """(scores, keys, carry) of one step's columns. With PREFETCH the carry in holds their scores
+    (loaded a step ahead) and the carry out the next step's, loaded now so that the load overlaps
+    this step's work; else the scores are loaded here (the carry is unused)."""
+    if PREFETCH:
+        nxt = cols + BLOCK_SELECT
+        return carry, sel_key(carry), tl.load(scores + nxt, mask=nxt < e, other=0.0)
+    x = tl.load(scores + cols, mask=cols < e, other=0.0)
+    return x, sel_key(x), carry
+
+
+@triton.jit
 def select_row(
     scores,  # [>= col_end] fp32: the row
     col_start,  # first column of the range
@@ -394,71 +437,71 @@ def select_row(
     BITS: tl.constexpr = 8,  # radix digit width
     EARLY_EXIT: tl.constexpr = True,
     PACKED: tl.constexpr = False,  # BITS 4 only: histograms by ``_packed_histogram``
+    SORT_HERE: tl.constexpr = True,  # SORTED: sort here, else leave the winners' key bits to sort_rows_kernel
+    PREFETCH: tl.constexpr = False,  # load each step's scores one step ahead
 ):
     """Top-TOPK of scores[col_start:col_end] into out_values/out_indices[0:TOPK], sorted descending.
 
     ``score_indices`` (int32, same positions as ``scores``) replaces the column number written to
     out_indices (a merge of candidate lists); ties still go to the lower position, so positions must
     be in ascending index order among equal scores. Without SORTED the min(TOPK, col_end - col_start) winners' scores
-    are left in ascending position order and nothing else is written (no sort, no padding).
+    are left in ascending position order and nothing else is written (no sort, no padding). SORTED
+    without SORT_HERE leaves their key bits (and indices) in that order, for ``sort_rows_kernel``.
 
     Radix select, most significant digit first: up to 32/BITS passes of 2**BITS-bin histograms
     over uint32 keys find the threshold prefix ``thr`` (the top ``nbits`` bits) and how many
     elements with that prefix to keep (``need``). With EARLY_EXIT the passes stop once every
     element with the prefix is needed (its bin count == need): lower digits cannot change the
     set, so the output is the same. Then one compaction pass and a bitonic sort of the <= TOPK
-    winners (``_sort_keys``). Slots past the visible count get -inf / -1. On the H200
-    ``tl.histogram`` cost grew with the bin count (4096 rows: 4 x 256 bins 293 us, 4 x 1024 bins
-    1.4 ms); 8 passes of 4-bit one-hot counts (no histogram) measured 1.8x slower than 8-bit
-    histograms.
+    winners (``_sort_keys``). Slots past the visible count get -inf / -1.
+
+    On the H200 ``tl.histogram`` cost grew with the bin count (4096 rows: 4 x 256 bins 293 us,
+    4 x 1024 bins 1.4 ms); 8 passes of 4-bit one-hot counts (no histogram) measured 1.8x slower
+    than 8-bit histograms.
     """
     NBINS: tl.constexpr = 1 << BITS
     s, e = col_start, col_end
     n = e - s
+    ones = tl.full((), 0xFFFFFFFF, tl.uint32)
     thr = tl.zeros((), tl.uint32)  # the threshold prefix, in the top nbits bits of a key
     need = tl.zeros((), tl.int32) + tl.minimum(n, TOPK)
     nbits = tl.full((), 32, tl.int32)  # n <= TOPK: all 32, thr 0, all n keys (> 0, or NaN's 0) taken
-    ones = tl.full((), 0xFFFFFFFF, tl.uint32)
+    partial = tl.zeros((), tl.int1)  # only part of the keys equal to the threshold prefix are winners
     bins = tl.arange(0, NBINS)
     if n > TOPK:
         nbits = tl.zeros((), tl.int32)
         done = tl.zeros((), tl.int32)
         while done == 0:
-            shift = 32 - BITS - nbits
+            shift = (32 - BITS - nbits).to(tl.uint32)
             fixed = ones ^ (ones >> nbits.to(tl.uint32))  # the top nbits bits
-            if PACKED:
-                tl.static_assert(BITS == 4, "packed histograms have 16 bins")
-                hist = _packed_histogram(scores, s, e, thr, fixed, shift.to(tl.uint32), BLOCK_SELECT)
-            else:
-                hist = tl.zeros((NBINS,), tl.int32)
-                for c0 in range(s, e, BLOCK_SELECT):
-                    cols = c0 + tl.arange(0, BLOCK_SELECT)
-                    key = sel_key(tl.load(scores + cols, mask=cols < e, other=0.0))
-                    m = (cols < e) & ((key & fixed) == thr)
-                    hist += tl.histogram(((key >> shift.to(tl.uint32)) & (NBINS - 1)).to(tl.int32), NBINS, mask=m)
+            hist = _digit_histogram(scores, s, e, thr, fixed, shift, NBINS, BLOCK_SELECT, PACKED, PREFETCH)
             at_least = tl.cumsum(hist, 0, reverse=True)
             digit = tl.max(tl.where(at_least >= need, bins, 0), 0)
             need -= tl.sum(tl.where(bins > digit, hist, 0), 0)
-            thr = thr | (digit.to(tl.uint32) << shift.to(tl.uint32))
+            thr = thr | (digit.to(tl.uint32) << shift)
             nbits += BITS
             # stop at the last digit, or once every element of the threshold bin is needed
             # (lower digits cannot change the set then)
-            whole_bin = tl.sum(tl.where(bins == digit, hist, 0), 0) == need
-            done = ((nbits == 32) | (EARLY_EXIT & whole_bin)).to(tl.int32)
+            in_bin = tl.sum(tl.where(bins == digit, hist, 0), 0)
+            partial = in_bin > need
+            done = ((nbits == 32) | (EARLY_EXIT & (in_bin == need))).to(tl.int32)
     # keys compared on their top nbits (all 32 unless the passes stopped early)
     low = (32 - nbits).to(tl.uint32)
     hi_mask = (ones >> low) << low
     taken = tl.zeros((), tl.int32)
     eq_seen = tl.zeros((), tl.int32)
+    carry = _first_step(scores, s, e, BLOCK_SELECT, PREFETCH)
     for c0 in range(s, e, BLOCK_SELECT):
         cols = c0 + tl.arange(0, BLOCK_SELECT)
         m = cols < e
-        x = tl.load(scores + cols, mask=m, other=0.0)
-        key = sel_key(x)
+        x, key, carry = _step(scores, cols, e, carry, BLOCK_SELECT, PREFETCH)
         kt = key & hi_mask
         eq = m & (kt == thr)
-        eq_rank = eq_seen + tl.cumsum(eq.to(tl.int32), 0) - 1
-        take = (m & (kt > thr)) | (eq & (eq_rank < need))
+        if partial:  # the first `need` of them in column order
+            eq_rank = eq_seen + tl.cumsum(eq.to(tl.int32), 0) - 1
+            eq_seen += tl.sum(eq.to(tl.int32), 0)
+            eq = eq & (eq_rank < need)
+        take = (m & (kt > thr)) | eq
         pos = taken + tl.cumsum(take.to(tl.int32), 0) - 1
         if score_indices is not None:
             idx = tl.load(score_indices + cols, mask=take, other=-1)
@@ -470,8 +513,7 @@ def select_row(
             tl.store(out_values + pos, x, mask=take & (pos < TOPK))
         tl.store(out_indices + pos, idx, mask=take & (pos < TOPK))
         taken += tl.sum(take.to(tl.int32), 0)
-        eq_seen += tl.sum(eq.to(tl.int32), 0)
-    if SORTED:
+    if SORTED and SORT_HERE:
         tl.debug_barrier()
         _sort_keys(out_values, out_indices, taken, TOPK, TOPK_P2)
 
@@ -492,6 +534,8 @@ def select_kernel(
     BLOCK_SELECT: tl.constexpr,  # columns per step of every pass
     BITS: tl.constexpr,  # radix digit width
     PACKED: tl.constexpr,  # histograms without tl.histogram (select_row)
+    SORT_HERE: tl.constexpr,  # else the winners are left unsorted for sort_rows_kernel
+    PREFETCH: tl.constexpr,  # select_row loads each step one step ahead
 ):
     """Top-k of the staged scores[t - row0, k_start[t]:k_end[t]] for one token t per program."""
     t = row0 + tl.program_id(0)
@@ -500,4 +544,4 @@ def select_kernel(
         e = tl.maximum(tl.minimum(tl.load(k_end + t), K), s)
         select_row(scores + tl.program_id(0).to(tl.int64) * stride_scores_r, s, e,
                    out_values + t.to(tl.int64) * TOPK, out_indices + t.to(tl.int64) * TOPK, TOPK, TOPK_P2,
-                   BLOCK_SELECT, BITS=BITS, PACKED=PACKED)
+                   BLOCK_SELECT, BITS=BITS, PACKED=PACKED, SORT_HERE=SORT_HERE, PREFETCH=PREFETCH)

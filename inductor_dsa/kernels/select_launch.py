@@ -38,9 +38,13 @@ def select(src, row0: int, rows: int, t: int, n: int, k_start, k_end, out_v, out
     contiguous), into out_v / out_i [T, topk] rows row0 ...; columns k_start[t] <= j < k_end[t]."""
     topk_p2 = next_pow2(topk)
     if not chunked(rows, n, cfg):
+        apart = topk >= cfg.sort_apart
         select_kernel[(rows,)](src, k_start, k_end, out_v, out_i, row0, t, n, src.stride(0),
-                               TOPK=topk, TOPK_P2=topk_p2, BLOCK_SELECT=cfg.ch, BITS=cfg.bits,
-                               PACKED=cfg.packed, num_warps=cfg.num_warps)
+                               TOPK=topk, TOPK_P2=topk_p2, BLOCK_SELECT=cfg.ch, BITS=cfg.bits, PACKED=cfg.packed,
+                               SORT_HERE=not apart, PREFETCH=cfg.prefetch, num_warps=cfg.num_warps)
+        if apart:
+            sort_rows_kernel[(rows,)](k_start, k_end, out_v, out_i, row0, t, n, TOPK=topk, TOPK_P2=topk_p2,
+                                      num_warps=cfg.row_sort_warps)
         return
     bits, chunk = cfg.pass_bits, chunk_size(src.device, rows, n, cfg)
     passes = 32 // bits
