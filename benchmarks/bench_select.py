@@ -53,6 +53,11 @@ def ranges(t, n, mask):
     return (torch.zeros(t, dtype=torch.int32, device=DEVICE), torch.full((t,), n, dtype=torch.int32, device=DEVICE))
 
 
+def masked_logits(logits, ks, ke):
+    """torch.topk's input: the columns outside each row's range at -inf."""
+    return logits.masked_fill(~reference.visible_mask(ks, ke, logits.shape[1]), float("-inf"))
+
+
 def times(fn) -> tuple[float, float]:
     """(plain ms, CUDA-graph replay ms); replay is NaN on the CPU."""
     plain = time_ms(fn)
@@ -74,8 +79,7 @@ def check_select(vals, idx, logits, topk) -> str:
 def bench_select(name, t, n, mask, topk):
     g = torch.Generator(device=DEVICE).manual_seed(0)
     ks, ke = ranges(t, n, mask)
-    logits = torch.randn(t, n, device=DEVICE, generator=g)
-    masked = logits.masked_fill(~reference.visible_mask(ks, ke, n), float("-inf"))
+    masked = masked_logits(torch.randn(t, n, device=DEVICE, generator=g), ks, ke)
     ours = lambda: inductor_dsa.logits_topk(masked, topk, k_start=ks, k_end=ke)
     torch_fn = lambda: torch.topk(masked, topk, dim=-1)
     check = check_select(*ours(), masked, topk)
@@ -113,11 +117,10 @@ def bench_fused(name, t, n, mask, topk):
 
 
 SWEEP = [  # SelectConfig fields tried with --sweep (per-row fields only on the one-program-per-row cases)
-    dict(), dict(ch=512, num_warps=8), dict(chunk=4096), dict(chunk_programs=8), dict(rank_rows=0),
-    dict(packed=True), dict(packed=True, ch=512), dict(packed=True, ch=1024), dict(packed=True, ch=512, num_warps=8),
-    dict(packed=True, ch=1024, num_warps=8), dict(packed=True, ch=2048, num_warps=8),
+    dict(), dict(prefetch=False), dict(sort_apart=4096), dict(prefetch=False, sort_apart=4096), dict(ch=512),
+    dict(num_warps=8, ch=512), dict(row_sort_warps=16), dict(chunk=4096),
 ]
-PER_ROW = {"num_warps", "ch", "bits", "packed"}  # fields of select_kernel alone
+PER_ROW = {"num_warps", "ch", "bits", "packed", "prefetch", "sort_apart", "row_sort_warps"}  # fields of select_kernel alone
 
 
 def kernel_times(fn, calls=5) -> dict:
@@ -162,9 +165,9 @@ def sweep(cases):
     for name, t, n, mask, topk in cases:
         ks, ke = ranges(t, n, mask)
         logits = torch.randn(t, n, device=DEVICE)
-        masked = logits.masked_fill(~reference.visible_mask(ks, ke, n), float("-inf"))
+        masked = masked_logits(logits, ks, ke)
         for change in SWEEP:
-            if set(change) <= PER_ROW and change and select_launch.chunked(t, n, keep):
+            if change and set(change) <= PER_ROW and select_launch.chunked(t, n, keep):
                 continue
             configs.SELECT[target] = dataclasses.replace(keep, **change)
             try:
