@@ -1,8 +1,9 @@
 """The selection engine (kernels/select.py) against the float64 oracle, exactly: both paths
-(one program per row; chunked passes with a per-row bitonic sort or the multi-program rank
-sort), odd lengths, long rows, ties, +-0, -inf, NaN of either sign, subnormals, empty and out-of-range ranges, k above
-the visible count. On the CPU the interpreter's config sends rows above 256 columns, or rows
-of over 64 columns when fewer than 3, to the chunked path (configs.SELECT["interpreter"])."""
+(one program per row, sorting in-kernel or apart; chunked passes with a per-row bitonic sort or
+the multi-program rank sort), odd lengths, long rows, ties, +-0, -inf, NaN of either sign,
+subnormals, empty and out-of-range ranges, k above the visible count. On the CPU the
+interpreter's config sends rows above 256 columns, or rows of over 64 columns when fewer than
+3, to the chunked path (configs.SELECT["interpreter"])."""
 import dataclasses
 
 import pytest
