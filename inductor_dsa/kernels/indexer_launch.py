@@ -11,7 +11,7 @@ from . import autotune, configs, decode, select_launch
 from .autotune import bucket
 from .host import TL_DTYPES, cdiv, next_pow2
 from .indexer import MASK_BIAS, MASK_BOOL, MASK_NONE, hide_kernel, logits_kernel, mask_hull_kernel
-from .select import select_kernel, sort_rows_kernel
+from .select import select_kernel
 
 FMT_TENSOR, FMT_MXFP4, FMT_FP8_BYTES = decode.FMT_TENSOR.value, decode.FMT_MXFP4.value, decode.FMT_FP8_BYTES.value
 
@@ -280,11 +280,6 @@ def select_aot_variants(target: str, sel: configs.SelectConfig, tokens: int = 40
                       SORT_HERE=n < sel.sort_apart, PREFETCH=sel.prefetch)
         pointers = dict(scores="*fp32", k_start="*i32", k_end="*i32", out_values="*fp32", out_indices="*i32")
         sig = {a: ("constexpr" if a in consts else pointers.get(a, "i32")) for a in select_kernel.arg_names}
-        ints = dict(row0=0, T=tokens, K=tokens, stride_scores_r=tokens)
-        yield (f"indexer_select[topk={n}]", select_kernel, sig, consts, dict(num_warps=sel.num_warps), ints)
-        if n >= sel.sort_apart:
-            consts = dict(TOPK=n, TOPK_P2=next_pow2(n))
-            sig = {a: ("constexpr" if a in consts else pointers.get(a, "i32")) for a in sort_rows_kernel.arg_names}
-            yield (f"indexer_select_sort[topk={n}]", sort_rows_kernel, sig, consts, dict(num_warps=sel.row_sort_warps),
-                   {a: v for a, v in ints.items() if a in sort_rows_kernel.arg_names})
-    yield from select_launch.aot_variants(sel)
+        yield (f"indexer_select[topk={n}]", select_kernel, sig, consts, dict(num_warps=sel.num_warps),
+               dict(row0=0, T=tokens, K=tokens, stride_scores_r=tokens))
+    yield from select_launch.aot_variants(sel, tokens=tokens)

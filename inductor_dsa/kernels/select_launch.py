@@ -71,12 +71,19 @@ def select(src, row0: int, rows: int, t: int, n: int, k_start, k_end, out_v, out
                                   num_warps=cfg.sort_warps)
 
 
-def aot_variants(cfg: configs.SelectConfig, n: int = 1 << 20):
+def aot_variants(cfg: configs.SelectConfig, n: int = 1 << 20, tokens: int = 4096):
     """(name, kernel, signature, constexprs, options, example ints) of the chunked path's kernels
-    with ``cfg`` (shipped or an autotuning candidate) for rows of n columns, top-512 and top-2048
-    (``python -m inductor_dsa.aot``)."""
+    with ``cfg`` (shipped or an autotuning candidate) for rows of n columns, top-512 and top-2048,
+    and of the second launch sorting the one-program-per-row path's winners (top-k of at least
+    ``cfg.sort_apart``, ``tokens`` rows) (``python -m inductor_dsa.aot``)."""
     passes = 32 // cfg.pass_bits
     s = cdiv(n, cfg.chunk)
+
+    def variant(name, topk, kernel, consts, warps, ints):
+        sig = {a: ("constexpr" if a in consts else _POINTERS.get(a, "i32")) for a in kernel.arg_names}
+        return (f"select_{name}[topk={topk}]", kernel, sig, consts, dict(num_warps=warps),
+                {a: v for a, v in ints.items() if a in kernel.arg_names})
+
     ints = dict(row0=0, T=1, K=n, stride_scores_r=n, n_chunks=s, by_token=1)
     for topk in (512, 2048):
         common = dict(TOPK=topk, CHUNK=cfg.chunk, BITS=cfg.pass_bits, PASSES=passes)
@@ -88,6 +95,8 @@ def aot_variants(cfg: configs.SelectConfig, n: int = 1 << 20):
                    ("rank_sort", rank_sort_kernel, dict(TOPK=topk, TOPK_P2=next_pow2(topk), SLICE=cfg.rank_slice),
                     cfg.rank_warps)]
         for name, kernel, consts, warps in kernels:
-            sig = {a: ("constexpr" if a in consts else _POINTERS.get(a, "i32")) for a in kernel.arg_names}
-            yield (f"select_{name}[topk={topk}]", kernel, sig, consts, dict(num_warps=warps),
-                   {a: v for a, v in ints.items() if a in kernel.arg_names})
+            yield variant(name, topk, kernel, consts, warps, ints)
+    for topk in (512, 1024, 2048):
+        if topk >= cfg.sort_apart:
+            yield variant("row_sort", topk, sort_rows_kernel, dict(TOPK=topk, TOPK_P2=next_pow2(topk)),
+                          cfg.row_sort_warps, dict(row0=0, T=tokens, K=tokens))
