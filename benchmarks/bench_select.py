@@ -116,11 +116,14 @@ def bench_fused(name, t, n, mask, topk):
     return rows
 
 
-SWEEP = [  # SelectConfig fields tried with --sweep (per-row fields only on the one-program-per-row cases)
-    dict(), dict(prefetch=False), dict(sort_apart=4096), dict(prefetch=False, sort_apart=4096), dict(ch=512),
-    dict(num_warps=8, ch=512), dict(row_sort_warps=16), dict(chunk=4096),
+SWEEP = [  # SelectConfig fields tried with --sweep (per-row fields only on the one-program-per-row cases,
+    # filter fields only on the others)
+    dict(), dict(filter_rows=1 << 30), dict(filter_rows=1), dict(filter_chunk=4096), dict(filter_chunk=16384),
+    dict(filter_step=512), dict(filter_step=2048), dict(sample=1024), dict(sample=4096), dict(cand_factor=2),
+    dict(filter_warps=8), dict(sample_z=3.0),
 ]
 PER_ROW = {"num_warps", "ch", "bits", "packed", "prefetch", "sort_apart", "row_sort_warps"}  # fields of select_kernel alone
+FILTER = {"filter_rows", "sample", "sample_z", "cand_factor", "filter_chunk", "filter_step", "filter_warps"}
 
 
 def kernel_times(fn, calls=5) -> dict:
@@ -167,7 +170,8 @@ def sweep(cases):
         logits = torch.randn(t, n, device=DEVICE)
         masked = masked_logits(logits, ks, ke)
         for change in SWEEP:
-            if change and set(change) <= PER_ROW and select_launch.chunked(t, n, keep):
+            long_rows = select_launch.chunked(t, n, keep)
+            if change and set(change) <= (PER_ROW if long_rows else FILTER):
                 continue
             configs.SELECT[target] = dataclasses.replace(keep, **change)
             try:
@@ -187,10 +191,11 @@ def main():
     ap.add_argument("--no-fused", action="store_true", help="the select table only")
     ap.add_argument("--fused-only", action="store_true", help="the fused prefill table only")
     ap.add_argument("--profile", action="store_true", help="per-kernel GPU times of each select case")
+    ap.add_argument("--only", help="select cases whose name contains this")
     ap.add_argument("--out")
     args = ap.parse_args()
     print(env_line(), flush=True)
-    sel_cases = SMOKE_SELECT if args.smoke else SELECT_CASES
+    sel_cases = [c for c in (SMOKE_SELECT if args.smoke else SELECT_CASES) if not args.only or args.only in c[0]]
     if args.profile:
         profile(sel_cases)
     if args.sweep:

@@ -1,9 +1,11 @@
-"""The selection engine (kernels/select.py) against the float64 oracle, exactly: both paths
-(one program per row, sorting in-kernel or apart; chunked passes with a per-row bitonic sort or
-the multi-program rank sort), odd lengths, long rows, ties, +-0, -inf, NaN of either sign,
+"""The selection engine (kernels/select.py) against the float64 oracle, exactly: every path
+(one program per row, sorting in-kernel or apart; the sampled filter, with its fallback forced
+by misses, overflows and partial ties; chunked passes with a per-row bitonic sort or the
+multi-program rank sort), odd lengths, long rows, ties, +-0, -inf, NaN of either sign,
 subnormals, empty and out-of-range ranges, k above the visible count. On the CPU the
-interpreter's config sends rows above 256 columns, or rows of over 64 columns when fewer than
-3, to the chunked path (configs.SELECT["interpreter"])."""
+interpreter's config sends rows above 256 columns to the sampled filter when there are at least
+4 rows, else to the chunked path, as it does rows of over 64 columns when fewer than 3
+(configs.SELECT["interpreter"])."""
 import dataclasses
 
 import pytest
@@ -48,13 +50,16 @@ def _check(x, topk, ks, ke):
     return vals, idx
 
 
-def _path(rows, n):
-    return "chunked" if select_launch.chunked(rows, n, configs.SELECT[TARGET]) else "row"
+def _path(rows, n, cfg=None):
+    cfg = cfg or configs.SELECT[TARGET]
+    if not select_launch.chunked(rows, n, cfg):
+        return "row"
+    return "filter" if select_launch.filtered(rows, n, cfg) else "chunked"
 
 
 CASES = [  # rows, n, topk
     (5, 100, 8), (6, 257, 16), (3, 700, 32), (4, 1000, 100), (1, 700, 5), (2, 300, 40), (1, 70, 100),
-    (7, 33, 40), (3, 513, 512),
+    (7, 33, 40), (3, 513, 512), (9, 1500, 40), (4, 300, 290),
 ]
 
 
@@ -70,7 +75,7 @@ def test_both_paths_and_both_sorts_are_exercised():
     """The case list reaches every method of the engine under the interpreter's config."""
     cfg = configs.SELECT[TARGET]
     paths = {(_path(r, n), r <= cfg.rank_rows) for r, n, _ in CASES}
-    assert {("row", False), ("chunked", False), ("chunked", True)} <= paths
+    assert {("row", False), ("filter", False), ("chunked", False), ("chunked", True)} <= paths
 
 
 @pytest.mark.parametrize("rows,n,topk", [(1, 1 << 20, 2048), (3, 131072, 2048), (64, 65536, 512)])
@@ -86,7 +91,7 @@ def test_long_rows(rows, n, topk, gen, monkeypatch):
     x[:, ::1000] = x[:, ::1000].round()  # some exact ties near the threshold
     ks = torch.randint(0, 3, (rows,), generator=gen, dtype=torch.int32)
     ke = torch.full((rows,), n, dtype=torch.int32) - torch.randint(0, 3, (rows,), generator=gen, dtype=torch.int32)
-    assert _path(rows, n) == "chunked"
+    assert _path(rows, n) != "row"
     _check(x, topk, ks, ke)
 
 
@@ -117,10 +122,11 @@ def test_logits_topk_property(rows, n, topk, kind, seed):
 
 
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA / ROCm GPU")
-def test_chunked_graph_capture(gen):
-    """The chunked path (zeroed state, several launches) captures and replays on new data."""
-    rows, n, topk = 3, 100000, 1024
-    assert _path(rows, n) == "chunked"
+@pytest.mark.parametrize("rows,n,topk,path", [(3, 100000, 1024, "chunked"), (200, 30000, 512, "filter")])
+def test_chunked_graph_capture(rows, n, topk, path, gen):
+    """The chunked path and the sampled filter (zeroed state, several launches) capture and
+    replay on new data."""
+    assert _path(rows, n) == path
     x = torch.randn(rows, n, generator=gen).cuda()
     ks, ke = (r.cuda() for r in reference.full_ranges(rows, n))
     s = torch.cuda.Stream()
@@ -167,3 +173,60 @@ def test_sort_apart_exact(rows, n, topk, kind, gen, monkeypatch):
     monkeypatch.setitem(configs.SELECT, TARGET, cfg)
     assert not select_launch.chunked(rows, n, cfg)
     _check(_values(kind, rows, n, gen), topk, *_ranges(rows, n, gen))
+
+
+FILTER_CASES = [(4, 300, 8), (6, 1000, 100), (5, 257, 200), (8, 2100, 33), (4, 700, 700)]
+
+
+def _filter_cfg(monkeypatch, **changes):
+    cfg = dataclasses.replace(configs.SELECT[TARGET], filter_rows=4, row_max=256, **changes)
+    monkeypatch.setitem(configs.SELECT, TARGET, cfg)
+    return cfg
+
+
+@pytest.mark.parametrize("rows,n,topk", FILTER_CASES)
+@pytest.mark.parametrize("kind", ["normal", "ties", "special"])
+@pytest.mark.parametrize("route", ["filter", "miss", "overflow", "small"])
+def test_sampled_filter_exact(rows, n, topk, kind, route, gen, monkeypatch):
+    """The sampled filter equals the oracle whichever way a row goes: its own select, or the
+    chunked passes after a sample that misses (bound above the k-th key), candidates that
+    overflow their slots, or a partial tie at the threshold (the "ties" and "special" kinds)."""
+    changes = {"filter": {}, "miss": dict(sample_z=-100.0), "overflow": dict(sample_z=1e4),
+               "small": dict(sample=16, cand_factor=1)}[route]
+    cfg = _filter_cfg(monkeypatch, **changes)
+    assert _path(rows, n, cfg) == "filter"
+    _check(_values(kind, rows, n, gen), topk, *_ranges(rows, n, gen))
+
+
+@pytest.mark.parametrize("route,fallback", [("filter", False), ("miss", True), ("overflow", True), ("tie", True)])
+def test_sampled_filter_route(route, fallback, gen, monkeypatch):
+    """Continuous scores are selected by the filter itself, with no row left to the fallback (a
+    filter that always fell back would be exact but slow); a miss, an overflow and a partial tie
+    each send the row to the chunked passes."""
+    rows, n, topk = (6, 2000, 64) if TARGET == "interpreter" else (300, 40000, 512)
+    cfg = _filter_cfg(monkeypatch, sample_z={"miss": -100.0, "overflow": 1e4}.get(route, 4.0))
+    x = torch.randn(rows, n, generator=gen)
+    if route == "tie":  # every row: the threshold falls inside a run of equal scores
+        x[:, : 2 * topk] = 100.0
+    ks, ke = reference.full_ranges(rows, n)
+    x, ks, ke = x.to(DEVICE), ks.to(DEVICE), ke.to(DEVICE)
+    out_v = torch.empty((rows, topk), dtype=torch.float32, device=DEVICE)
+    out_i = torch.empty((rows, topk), dtype=torch.int32, device=DEVICE)
+    redo = select_launch.select(x, 0, rows, rows, n, ks, ke, out_v, out_i, topk, cfg)
+    assert bool((redo != 0).all() if fallback else (redo == 0).all())
+    want_v, want_i = reference.logits_topk(x.cpu().double(), topk, ks.cpu(), ke.cpu())
+    assert torch.equal(out_i.cpu(), want_i.to(torch.int32)) and torch.equal(out_v.cpu(), want_v.float())
+
+
+@settings(max_examples=25, deadline=None)
+@given(rows=st.integers(4, 7), n=st.integers(257, 900), topk=st.integers(1, 300),
+       kind=st.sampled_from(["normal", "ties", "special"]), z=st.floats(-3.0, 6.0), seed=st.integers(0, 2**31 - 1))
+def test_sampled_filter_property(rows, n, topk, kind, z, seed):
+    cfg = dataclasses.replace(configs.SELECT[TARGET], filter_rows=4, row_max=256, sample_z=z)
+    gen = torch.Generator().manual_seed(seed)
+    old = configs.SELECT[TARGET]
+    configs.SELECT[TARGET] = cfg
+    try:
+        _check(_values(kind, rows, n, gen), topk, *_ranges(rows, n, gen))
+    finally:
+        configs.SELECT[TARGET] = old

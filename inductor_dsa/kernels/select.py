@@ -24,6 +24,14 @@ Two shapes of work, chosen by shapes only (kernels/select_launch.py):
     per-slot packed counts reduced once per pass (``_packed_histogram``: sm90 PTX 73 instructions
     per step and no barrier, against 103 and three). The paged decode indexer uses ``select_row``
     for its chunk selects and final merge.
+  sampled filter (many long rows): ``sample_kernel`` takes a candidate bound per row, the
+    j-th largest of SAMPLE evenly spaced keys with j a few binomial deviations past the expected
+    sample rank of the k-th key; ``filter_kernel`` copies the keys at or above it into candidate
+    slots (one read of the row); ``cand_select_kernel`` runs ``select_row`` over them. A row whose
+    candidates are too few (the sample missed), too many for their slots, or whose threshold
+    splits a run of equal keys (the candidates are in no column order) is flagged and selected
+    again by the chunked passes, which skip every other row: exact whatever the data, fast when
+    the scores are continuous.
   chunked (long rows, or few rows): every row is cut into chunks of CHUNK columns, one program
     per (row, chunk), a launch per digit pass. ``radix_pass_kernel`` adds its chunk's digit
     histogram to the row's (int atomics: deterministic); its last launch (PASS == PASSES) counts,
@@ -174,6 +182,15 @@ def _radix_state(row_state, n, TOPK: tl.constexpr, PASS: tl.constexpr, PASSES: t
 
 
 @triton.jit
+def _active(t, T, redo, r):
+    """Token t (row r of the launch) is selected here: t < T and, given a redo list, r is flagged in it."""
+    go = t < T
+    if redo is not None:
+        go = go & (tl.load(redo + r, mask=go, other=0) != 0)
+    return go
+
+
+@triton.jit
 def _chunk(scores, k_start, k_end, r, t, c, K, stride_scores_r, CHUNK: tl.constexpr):
     """Chunk c of row r (token t): (columns, visible mask, keys, n = visible count of the row,
     any = the chunk holds a visible column)."""
@@ -196,6 +213,7 @@ def radix_pass_kernel(
     K,  # columns of a row
     stride_scores_r,
     n_chunks,  # chunks per row: cdiv(K, CHUNK)
+    redo,  # [rows] int32 or None: only rows flagged nonzero are selected (the filter path's fallback)
     PASS: tl.constexpr,  # the digit of this launch, most significant first; PASSES: the tie count
     PASSES: tl.constexpr,  # 32 // BITS
     TOPK: tl.constexpr,
@@ -210,7 +228,7 @@ def radix_pass_kernel(
     r = tl.program_id(0)
     c = tl.program_id(1)
     t = row0 + r
-    if t < T:
+    if _active(t, T, redo, r):
         st = _state_row(state, r, n_chunks, PASSES, BITS)
         if PASS == PASSES:
             s, e = _row_range(k_start, k_end, t, K)
@@ -220,11 +238,12 @@ def radix_pass_kernel(
                 hit = m & ((key & _top_bits(nbits)) == thr)
                 tl.store(st + _at(3, PASSES, BITS) + c, tl.sum(hit.to(tl.int32), 0))
         else:
-            cols, m, key, n, any_ = _chunk(scores, k_start, k_end, r, t, c, K, stride_scores_r, CHUNK)
-            thr, need, nbits, eq, done = _radix_state(st, n, TOPK, PASS, PASSES, BITS)
+            s, e = _row_range(k_start, k_end, t, K)
+            thr, need, nbits, eq, done = _radix_state(st, e - s, TOPK, PASS, PASSES, BITS)
             bins = tl.arange(0, 1 << BITS)
             hist = st + PASS * (1 << BITS) + bins
-            if any_ & (done == 0):
+            if (done == 0) & (c * CHUNK < e) & (c * CHUNK + CHUNK > s):  # nothing is read once the set is fixed
+                cols, m, key, n, any_ = _chunk(scores, k_start, k_end, r, t, c, K, stride_scores_r, CHUNK)
                 m = m & ((key & _top_bits(nbits)) == thr)
                 digit = ((key >> (32 - BITS - PASS * BITS)) & ((1 << BITS) - 1)).to(tl.int32)
                 h = tl.histogram(digit, 1 << BITS, mask=m)
@@ -254,6 +273,7 @@ def radix_collect_kernel(
     K,  # columns of a row
     stride_scores_r,
     n_chunks,  # chunks per row: cdiv(K, CHUNK)
+    redo,  # [rows] int32 or None: only rows flagged nonzero are collected
     by_token,  # 1: win_* rows are indexed by token t (the outputs), 0: by r (a scratch)
     PASSES: tl.constexpr,  # 32 // BITS
     TOPK: tl.constexpr,
@@ -267,7 +287,7 @@ def radix_collect_kernel(
     r = tl.program_id(0)
     c = tl.program_id(1)
     t = row0 + r
-    if t < T:
+    if _active(t, T, redo, r):
         st = _state_row(state, r, n_chunks, PASSES, BITS)
         cols, m, key, n, any_ = _chunk(scores, k_start, k_end, r, t, c, K, stride_scores_r, CHUNK)
         if any_:
@@ -292,12 +312,13 @@ def sort_rows_kernel(
     row0,  # first token of this launch
     T,  # tokens
     K,  # columns of a row
+    redo,  # [rows] int32 or None: only rows flagged nonzero are sorted
     TOPK: tl.constexpr,
     TOPK_P2: tl.constexpr,  # next power of two of TOPK
 ):
     """One program per token t = row0 + pid: sort its min(visible, TOPK) collected winners."""
     t = row0 + tl.program_id(0)
-    if t < T:
+    if _active(t, T, redo, tl.program_id(0)):
         s, e = _row_range(k_start, k_end, t, K)
         _sort_keys(out_values + t.to(tl.int64) * TOPK, out_indices + t.to(tl.int64) * TOPK,
                    tl.minimum(e - s, TOPK), TOPK, TOPK_P2)
@@ -448,6 +469,9 @@ def select_row(
     are left in ascending position order and nothing else is written (no sort, no padding). SORTED
     without SORT_HERE leaves their key bits (and indices) in that order, for ``sort_rows_kernel``.
 
+    Returns whether only part of the keys equal to the threshold were taken (then the winners
+    among them were picked by position).
+
     Radix select, most significant digit first: up to 32/BITS passes of 2**BITS-bin histograms
     over uint32 keys find the threshold prefix ``thr`` (the top ``nbits`` bits) and how many
     elements with that prefix to keep (``need``). With EARLY_EXIT the passes stop once every
@@ -516,6 +540,7 @@ def select_row(
     if SORTED and SORT_HERE:
         tl.debug_barrier()
         _sort_keys(out_values, out_indices, taken, TOPK, TOPK_P2)
+    return partial
 
 
 @triton.jit
@@ -545,3 +570,133 @@ def select_kernel(
         select_row(scores + tl.program_id(0).to(tl.int64) * stride_scores_r, s, e,
                    out_values + t.to(tl.int64) * TOPK, out_indices + t.to(tl.int64) * TOPK, TOPK, TOPK_P2,
                    BLOCK_SELECT, BITS=BITS, PACKED=PACKED, SORT_HERE=SORT_HERE, PREFETCH=PREFETCH)
+
+
+@triton.jit
+def _kth_largest_key(key, need, BITS: tl.constexpr):
+    """The need-th largest (1-based) of the uint32 keys held in registers: 32 // BITS histogram
+    passes over them, most significant digit first."""
+    thr = tl.zeros((), tl.uint32)
+    nbits = tl.zeros((), tl.int32)
+    for p in tl.static_range(32 // BITS):
+        digit = ((key >> (32 - BITS - p * BITS)) & ((1 << BITS) - 1)).to(tl.int32)
+        hist = tl.histogram(digit, 1 << BITS, mask=(key & _top_bits(nbits)) == thr)
+        thr, need, nbits, _ = _digit_step(hist, thr, need, nbits, BITS)
+    return thr
+
+
+@triton.jit
+def sample_kernel(
+    scores,  # [rows, >= K] fp32: token t's scores in row r = t - row0
+    k_start,  # [T] int32
+    k_end,  # [T] int32
+    filt,  # [rows, 2] int32 out: column 0 the row's candidate bound (a key), column 1 zeroed (the count)
+    row0,  # first token of this launch
+    T,  # tokens
+    K,  # columns of a row
+    stride_scores_r,
+    z,  # fp32: binomial deviations of margin below the expected sample rank of the k-th key
+    TOPK: tl.constexpr,
+    SAMPLE: tl.constexpr,  # keys sampled per row, evenly spaced over its visible columns
+    BITS: tl.constexpr,  # digit width of the sample's radix select
+):
+    """One program per row: the candidate bound lo = the j-th largest of SAMPLE evenly spaced keys,
+    j = E + z sqrt(E) + 2 with E = TOPK * SAMPLE / n the expected sample rank of the row's k-th
+    largest key; rows of at most TOPK visible columns get lo = 0 (every key, NaN's included)."""
+    r = tl.program_id(0)
+    t = row0 + r
+    if t < T:
+        s, e = _row_range(k_start, k_end, t, K)
+        n = e - s
+        lo = tl.zeros((), tl.uint32)
+        if n > TOPK:
+            i = tl.arange(0, SAMPLE).to(tl.int64)
+            x = tl.load(scores + r.to(tl.int64) * stride_scores_r + s + i * n // SAMPLE)
+            mean = TOPK * SAMPLE / n.to(tl.float32)
+            rank = tl.minimum(mean + z * tl.sqrt(mean) + 2.0, SAMPLE).to(tl.int32)
+            lo = _kth_largest_key(sel_key(x), tl.maximum(rank, 1), BITS)
+        tl.store(filt + r.to(tl.int64) * 2, lo.to(tl.int32, bitcast=True))
+
+
+@triton.jit
+def filter_kernel(
+    scores,  # [rows, >= K] fp32: token t's scores in row r = t - row0
+    k_start,  # [T] int32
+    k_end,  # [T] int32
+    filt,  # [rows, 2] int32: the bound (sample_kernel) and the candidate count, zeroed
+    cand_scores,  # [rows, CAP] fp32 out: the row's candidates, in no fixed order
+    cand_cols,  # [rows, CAP] int32 out: their columns
+    row0,  # first token of this launch
+    T,  # tokens
+    K,  # columns of a row
+    stride_scores_r,
+    CAP: tl.constexpr,  # candidate slots per row
+    CHUNK: tl.constexpr,  # columns per program
+    STEP: tl.constexpr,  # columns per step of its loop
+):
+    """Grid (rows, cdiv(K, CHUNK)): chunk c's visible scores whose key is at least the row's bound
+    into the row's candidate slots, at positions reserved from its count (counted past CAP too,
+    so an overflow shows). Program j takes chunk cdiv(K, CHUNK) - 1 - j: the candidates are out
+    of column order under the interpreter too (which runs programs in order), as on a GPU."""
+    r = tl.program_id(0)
+    t = row0 + r
+    if t < T:
+        s, e = _row_range(k_start, k_end, t, K)
+        c = tl.num_programs(1) - 1 - tl.program_id(1)
+        c0 = tl.maximum(c * CHUNK, s)
+        c1 = tl.minimum(c * CHUNK + CHUNK, e)
+        fr = filt + r.to(tl.int64) * 2
+        lo = tl.load(fr).to(tl.uint32, bitcast=True)
+        src = scores + r.to(tl.int64) * stride_scores_r
+        dst = r.to(tl.int64) * CAP
+        carry = _first_step(src, c0, c1, STEP, True)
+        for b in range(c0, c1, STEP):  # each step's scores loaded a step ahead, beside the atomic
+            cols = b + tl.arange(0, STEP)
+            x, key, carry = _step(src, cols, c1, carry, STEP, True)
+            take = (cols < c1) & (key >= lo)
+            cnt = tl.sum(take.to(tl.int32), 0)
+            if cnt > 0:
+                pos = tl.atomic_add(fr + 1, cnt, sem="relaxed") + tl.cumsum(take.to(tl.int32), 0) - 1
+                tl.store(cand_scores + dst + pos, x, mask=take & (pos < CAP))
+                tl.store(cand_cols + dst + pos, cols, mask=take & (pos < CAP))
+
+
+@triton.jit
+def cand_select_kernel(
+    k_start,  # [T] int32
+    k_end,  # [T] int32
+    filt,  # [rows, 2] int32: the bound and the candidate count
+    redo,  # [rows] int32 out, zeroed: 1 where the row must be selected by the fallback
+    cand_scores,  # [rows, CAP] fp32: the candidates
+    cand_cols,  # [rows, CAP] int32: their columns
+    out_values,  # [T, TOPK] fp32 out
+    out_indices,  # [T, TOPK] int32 out
+    row0,  # first token of this launch
+    T,  # tokens
+    K,  # columns of a row
+    CAP: tl.constexpr,
+    TOPK: tl.constexpr,
+    TOPK_P2: tl.constexpr,
+    BLOCK_SELECT: tl.constexpr,
+    BITS: tl.constexpr,
+    SORT_HERE: tl.constexpr,  # else the winners are left unsorted for sort_rows_kernel
+    PREFETCH: tl.constexpr,
+):
+    """One program per row: top-k of its candidates (``select_row``, columns as indices), exact
+    when the candidates hold at least min(visible, TOPK) keys, fit CAP, and the threshold needs
+    all keys equal to it (candidates are in no column order, so a partial tie cannot be
+    resolved here). Otherwise the row is flagged in ``redo`` for the chunked passes."""
+    r = tl.program_id(0)
+    t = row0 + r
+    if t < T:
+        s, e = _row_range(k_start, k_end, t, K)
+        cnt = tl.load(filt + r.to(tl.int64) * 2 + 1)
+        if (cnt < tl.minimum(e - s, TOPK)) | (cnt > CAP):
+            tl.store(redo + r, 1)
+        else:
+            at = r.to(tl.int64) * CAP
+            partial = select_row(cand_scores + at, 0, cnt, out_values + t.to(tl.int64) * TOPK,
+                                 out_indices + t.to(tl.int64) * TOPK, TOPK, TOPK_P2, BLOCK_SELECT,
+                                 score_indices=cand_cols + at, BITS=BITS, SORT_HERE=SORT_HERE, PREFETCH=PREFETCH)
+            if partial:
+                tl.store(redo + r, 1)

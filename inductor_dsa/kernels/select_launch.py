@@ -1,9 +1,11 @@
 """Launcher of the selection engine (kernels/select.py): top-k of fp32 rows over per-row ranges.
 
 The method depends only on shapes, never on data: one program per row (``select_kernel``) while
-rows are many and at most ``row_max`` long; otherwise the chunked radix passes over (row, chunk)
-programs, whose winners are sorted per row, or ranked by several programs per row when the rows
-are too few to fill the GPU.
+rows are many and at most ``row_max`` long; the sampled filter for many longer rows (at least
+``filter_rows``): a candidate bound per row from a sample, one pass copying the keys above it,
+``select_row`` over those, and the chunked passes for the rows it flags; otherwise the chunked
+radix passes over (row, chunk) programs, whose winners are sorted per row, or ranked by several
+programs per row when the rows are too few to fill the GPU.
 """
 from __future__ import annotations
 
@@ -11,15 +13,33 @@ import torch
 
 from . import configs
 from .host import cdiv, next_pow2
-from .select import radix_collect_kernel, radix_pass_kernel, rank_sort_kernel, select_kernel, sort_rows_kernel
+from .select import (cand_select_kernel, filter_kernel, radix_collect_kernel, radix_pass_kernel, rank_sort_kernel,
+                     sample_kernel, select_kernel, sort_rows_kernel)
 
-_POINTERS = dict(scores="*fp32", k_start="*i32", k_end="*i32", state="*i32", out_values="*fp32",
-                 out_indices="*i32", win_keys="*i32", win_indices="*i32")
+_TYPES = dict(z="fp32", scores="*fp32", k_start="*i32", k_end="*i32", state="*i32", out_values="*fp32",
+              out_indices="*i32", win_keys="*i32", win_indices="*i32", filt="*i32", redo="*i32",
+              cand_scores="*fp32", cand_cols="*i32")  # argument types for the AOT signatures (else i32)
 
 
 def chunked(rows: int, n: int, cfg: configs.SelectConfig) -> bool:
     """Rows of n columns go through the chunked passes (else one program per row)."""
     return n > cfg.row_max or (rows < cfg.few_rows and n > cfg.chunk)
+
+
+def filtered(rows: int, n: int, cfg: configs.SelectConfig) -> bool:
+    """Rows of n columns go through the sampled filter (with the chunked passes as its fallback)."""
+    return n > cfg.row_max and rows >= cfg.filter_rows
+
+
+def cand_slots(n: int, topk: int, cfg: configs.SelectConfig) -> int:
+    """Candidate slots per row of the sampled filter."""
+    return min(cfg.cand_factor * next_pow2(topk), next_pow2(n))
+
+
+def scratch_bytes(rows: int, n: int, topk: int, cfg: configs.SelectConfig) -> int:
+    """Device bytes the select of rows x n scores allocates beyond its outputs (the filter's
+    candidates; the radix state, smaller, is left out)."""
+    return rows * cand_slots(n, topk, cfg) * 8 if filtered(rows, n, cfg) else 0
 
 
 def chunk_size(device, rows: int, n: int, cfg: configs.SelectConfig) -> int:
@@ -35,7 +55,9 @@ def chunk_size(device, rows: int, n: int, cfg: configs.SelectConfig) -> int:
 def select(src, row0: int, rows: int, t: int, n: int, k_start, k_end, out_v, out_i, topk: int,
            cfg: configs.SelectConfig):
     """Top-k of tokens row0 .. row0 + rows - 1 (< t), whose scores are src[t - row0, :n] (last dim
-    contiguous), into out_v / out_i [T, topk] rows row0 ...; columns k_start[t] <= j < k_end[t]."""
+    contiguous), into out_v / out_i [T, topk] rows row0 ...; columns k_start[t] <= j < k_end[t].
+    Returns the sampled filter's fallback flags ([rows] int32, nonzero: the row went through the
+    chunked passes), or None on the other paths."""
     topk_p2 = next_pow2(topk)
     if not chunked(rows, n, cfg):
         apart = topk >= cfg.sort_apart
@@ -43,18 +65,50 @@ def select(src, row0: int, rows: int, t: int, n: int, k_start, k_end, out_v, out
                                TOPK=topk, TOPK_P2=topk_p2, BLOCK_SELECT=cfg.ch, BITS=cfg.bits, PACKED=cfg.packed,
                                SORT_HERE=not apart, PREFETCH=cfg.prefetch, num_warps=cfg.num_warps)
         if apart:
-            sort_rows_kernel[(rows,)](k_start, k_end, out_v, out_i, row0, t, n, TOPK=topk, TOPK_P2=topk_p2,
+            sort_rows_kernel[(rows,)](k_start, k_end, out_v, out_i, row0, t, n, None, TOPK=topk, TOPK_P2=topk_p2,
                                       num_warps=cfg.row_sort_warps)
-        return
+        return None
+    redo, sorted_here = None, False
+    if filtered(rows, n, cfg):
+        redo, sorted_here = _filter(src, row0, rows, t, n, k_start, k_end, out_v, out_i, topk, cfg)
+    _chunked(src, row0, rows, t, n, k_start, k_end, out_v, out_i, topk, cfg, redo, sorted_here)
+    return redo
+
+
+def _filter(src, row0, rows, t, n, k_start, k_end, out_v, out_i, topk, cfg):
+    """The sampled filter: a candidate bound per row (``sample_kernel``), the keys at or above it
+    copied out (``filter_kernel``), their top-k (``cand_select_kernel``). Returns (the rows it
+    flags for the chunked passes, whether it sorted its rows itself)."""
+    cap = cand_slots(n, topk, cfg)
+    ints = torch.zeros(rows * 3, dtype=torch.int32, device=src.device)
+    filt, redo = ints[:rows * 2], ints[rows * 2:]
+    cand_scores = torch.empty((rows, cap), dtype=torch.float32, device=src.device)
+    cand_cols = torch.empty((rows, cap), dtype=torch.int32, device=src.device)
+    sample_kernel[(rows,)](src, k_start, k_end, filt, row0, t, n, src.stride(0), float(cfg.sample_z), TOPK=topk,
+                           SAMPLE=cfg.sample, BITS=8, num_warps=cfg.filter_warps)
+    filter_kernel[(rows, cdiv(n, cfg.filter_chunk))](src, k_start, k_end, filt, cand_scores, cand_cols, row0, t, n,
+                                                     src.stride(0), CAP=cap, CHUNK=cfg.filter_chunk,
+                                                     STEP=cfg.filter_step, num_warps=cfg.filter_warps)
+    here = topk < cfg.sort_apart
+    cand_select_kernel[(rows,)](k_start, k_end, filt, redo, cand_scores, cand_cols, out_v, out_i, row0, t, n, CAP=cap,
+                                TOPK=topk, TOPK_P2=next_pow2(topk), BLOCK_SELECT=cfg.ch, BITS=cfg.bits,
+                                SORT_HERE=here, PREFETCH=cfg.prefetch, num_warps=cfg.num_warps)
+    return redo, here
+
+
+def _chunked(src, row0, rows, t, n, k_start, k_end, out_v, out_i, topk, cfg, redo=None, sorted_here=False):
+    """The chunked radix passes over the rows (only those flagged in ``redo`` when given), then the
+    per-row sort (of every row unless the others were ``sorted_here``) or the rank sort."""
+    topk_p2 = next_pow2(topk)
     bits, chunk = cfg.pass_bits, chunk_size(src.device, rows, n, cfg)
     passes = 32 // bits
     s = cdiv(n, chunk)
     state = torch.zeros((rows, passes * ((1 << bits) + 1) + 6 + s), dtype=torch.int32, device=src.device)  # select._state_row
     common = dict(TOPK=topk, CHUNK=chunk, BITS=bits, num_warps=cfg.chunk_warps)
-    args = (src, k_start, k_end, state, row0, t, n, src.stride(0), s)
+    args = (src, k_start, k_end, state, row0, t, n, src.stride(0), s, redo)
     for p in range(passes + 1):  # the digit passes, then the tie count
         radix_pass_kernel[(rows, s)](*args, PASS=p, PASSES=passes, **common)
-    rank = rows <= cfg.rank_rows
+    rank = redo is None and rows <= cfg.rank_rows
     # ranked: winners go to a scratch [rows, topk] pair first (the ranking reads them all)
     if rank:
         win_keys, win_indices = torch.empty((2, rows, topk), dtype=torch.int32, device=src.device)
@@ -67,36 +121,53 @@ def select(src, row0: int, rows: int, t: int, n: int, k_start, k_end, out_v, out
             k_start, k_end, win_keys, win_indices, out_v, out_i, row0, t, n, TOPK=topk, TOPK_P2=topk_p2,
             SLICE=cfg.rank_slice, num_warps=cfg.rank_warps)
     else:
-        sort_rows_kernel[(rows,)](k_start, k_end, out_v, out_i, row0, t, n, TOPK=topk, TOPK_P2=topk_p2,
-                                  num_warps=cfg.sort_warps)
+        sort_rows_kernel[(rows,)](k_start, k_end, out_v, out_i, row0, t, n, redo if sorted_here else None,
+                                  TOPK=topk, TOPK_P2=topk_p2,
+                                  num_warps=cfg.sort_warps if redo is None else cfg.row_sort_warps)
 
 
-def aot_variants(cfg: configs.SelectConfig, n: int = 1 << 20, tokens: int = 4096):
+def aot_variants(cfg: configs.SelectConfig, n: int = 1 << 20, tokens: int = 4096, filter_n: int = 65536):
     """(name, kernel, signature, constexprs, options, example ints) of the chunked path's kernels
-    with ``cfg`` (shipped or an autotuning candidate) for rows of n columns, top-512 and top-2048,
-    and of the second launch sorting the one-program-per-row path's winners (top-k of at least
-    ``cfg.sort_apart``, ``tokens`` rows) (``python -m inductor_dsa.aot``)."""
+    with ``cfg`` (shipped or an autotuning candidate) for rows of n columns, top-512 and top-2048;
+    of the sampled filter and its fallback for ``tokens`` rows of ``filter_n``; and of the second
+    launch sorting the one-program-per-row path's winners (top-k of at least ``cfg.sort_apart``,
+    ``tokens`` rows) (``python -m inductor_dsa.aot``)."""
     passes = 32 // cfg.pass_bits
     s = cdiv(n, cfg.chunk)
 
     def variant(name, topk, kernel, consts, warps, ints):
-        sig = {a: ("constexpr" if a in consts else _POINTERS.get(a, "i32")) for a in kernel.arg_names}
+        sig = {a: ("constexpr" if a in consts else _TYPES.get(a, "i32")) for a in kernel.arg_names}
         return (f"select_{name}[topk={topk}]", kernel, sig, consts, dict(num_warps=warps),
                 {a: v for a, v in ints.items() if a in kernel.arg_names})
 
     ints = dict(row0=0, T=1, K=n, stride_scores_r=n, n_chunks=s, by_token=1)
+    many = dict(ints, T=tokens, K=filter_n, stride_scores_r=filter_n, n_chunks=cdiv(filter_n, cfg.chunk))
     for topk in (512, 2048):
         common = dict(TOPK=topk, CHUNK=cfg.chunk, BITS=cfg.pass_bits, PASSES=passes)
+        sort = dict(TOPK=topk, TOPK_P2=next_pow2(topk))
         kernels = [("radix_pass[pass=0]", radix_pass_kernel, dict(common, PASS=0), cfg.chunk_warps),
                    ("radix_pass[pass=1]", radix_pass_kernel, dict(common, PASS=1), cfg.chunk_warps),
                    ("radix_ties", radix_pass_kernel, dict(common, PASS=passes), cfg.chunk_warps),
                    ("radix_collect", radix_collect_kernel, dict(common, N_CHUNKS_P2=next_pow2(s)), cfg.chunk_warps),
-                   ("sort_rows", sort_rows_kernel, dict(TOPK=topk, TOPK_P2=next_pow2(topk)), cfg.sort_warps),
-                   ("rank_sort", rank_sort_kernel, dict(TOPK=topk, TOPK_P2=next_pow2(topk), SLICE=cfg.rank_slice),
-                    cfg.rank_warps)]
+                   ("sort_rows", sort_rows_kernel, sort, cfg.sort_warps),
+                   ("rank_sort", rank_sort_kernel, dict(sort, SLICE=cfg.rank_slice), cfg.rank_warps)]
         for name, kernel, consts, warps in kernels:
-            yield variant(name, topk, kernel, consts, warps, ints)
+            yield variant(name, topk, kernel, dict(consts, redo=None) if "redo" in kernel.arg_names else consts,
+                          warps, ints)
+        cap = cand_slots(filter_n, topk, cfg)
+        filt = [("sample", sample_kernel, dict(TOPK=topk, SAMPLE=cfg.sample, BITS=8), cfg.filter_warps),
+                ("filter", filter_kernel, dict(CAP=cap, CHUNK=cfg.filter_chunk, STEP=cfg.filter_step),
+                 cfg.filter_warps),
+                ("cand_select", cand_select_kernel, dict(sort, CAP=cap, BLOCK_SELECT=cfg.ch, BITS=cfg.bits,
+                                                         SORT_HERE=topk < cfg.sort_apart, PREFETCH=cfg.prefetch),
+                 cfg.num_warps),
+                ("fallback_pass", radix_pass_kernel, dict(common, PASS=0), cfg.chunk_warps),
+                ("fallback_collect", radix_collect_kernel,
+                 dict(common, N_CHUNKS_P2=next_pow2(many["n_chunks"])), cfg.chunk_warps),
+                ("fallback_sort", sort_rows_kernel, sort, cfg.row_sort_warps)]
+        for name, kernel, consts, warps in filt:
+            yield variant(name, topk, kernel, consts, warps, many)
     for topk in (512, 1024, 2048):
         if topk >= cfg.sort_apart:
-            yield variant("row_sort", topk, sort_rows_kernel, dict(TOPK=topk, TOPK_P2=next_pow2(topk)),
+            yield variant("row_sort", topk, sort_rows_kernel, dict(TOPK=topk, TOPK_P2=next_pow2(topk), redo=None),
                           cfg.row_sort_warps, dict(row0=0, T=tokens, K=tokens))
