@@ -1,4 +1,4 @@
-"""Launcher of the selection engine (kernels/select.py): top-k of fp32 rows over per-row ranges.
+"""Launcher of the selection engine (kernels/select*.py): top-k of fp32 rows over per-row ranges.
 
 The method depends only on shapes, never on data: one program per row (``select_kernel``) while
 rows are many and at most ``row_max`` long; the sampled filter for many longer rows (at least
@@ -13,8 +13,9 @@ import torch
 
 from . import configs
 from .host import cdiv, next_pow2
-from .select import (cand_select_kernel, filter_kernel, radix_collect_kernel, radix_pass_kernel, rank_sort_kernel,
-                     sample_kernel, select_kernel, sort_rows_kernel)
+from .select import select_kernel
+from .select_chunked import radix_collect_kernel, radix_pass_kernel, rank_sort_kernel, sort_rows_kernel
+from .select_filter import cand_select_kernel, filter_kernel, sample_kernel
 
 _TYPES = dict(z="fp32", scores="*fp32", k_start="*i32", k_end="*i32", state="*i32", out_values="*fp32",
               out_indices="*i32", win_keys="*i32", win_indices="*i32", filt="*i32", redo="*i32",
@@ -103,7 +104,7 @@ def _chunked(src, row0, rows, t, n, k_start, k_end, out_v, out_i, topk, cfg, red
     bits, chunk = cfg.pass_bits, chunk_size(src.device, rows, n, cfg)
     passes = 32 // bits
     s = cdiv(n, chunk)
-    state = torch.zeros((rows, passes * ((1 << bits) + 1) + 6 + s), dtype=torch.int32, device=src.device)  # select._state_row
+    state = torch.zeros((rows, passes * ((1 << bits) + 1) + 6 + s), dtype=torch.int32, device=src.device)  # select_chunked._state_row
     common = dict(TOPK=topk, CHUNK=chunk, BITS=bits, num_warps=cfg.chunk_warps)
     args = (src, k_start, k_end, state, row0, t, n, src.stride(0), s, redo)
     for p in range(passes + 1):  # the digit passes, then the tie count

@@ -1,0 +1,240 @@
+"""The selection engine's chunked radix passes (long rows, few rows, and the rows the sampled
+filter flags); keys, digits and winners as in kernels/select.py.
+
+Every row is cut into chunks of CHUNK columns, one program per (row, chunk), a launch per digit
+pass. ``radix_pass_kernel`` adds its chunk's digit histogram to the row's (int atomics:
+deterministic); its last launch (PASS == PASSES) counts, per chunk, the keys equal to a threshold
+that is only partly needed (a no-op otherwise); ``radix_collect_kernel`` writes each chunk's
+winners at a position taken from a row counter; ``sort_rows_kernel`` sorts them, or, for a few
+rows, ``rank_sort_kernel`` places each winner at its rank from several programs per row.
+Positions taken from the counter depend on timing; the sorted result does not.
+"""
+import triton
+import triton.language as tl
+
+from .select import digit_step, key_value, row_range, sel_key, sort_keys, store_winners, top_bits, winners
+
+
+@triton.jit
+def _state_row(state, r, n_chunks, PASSES: tl.constexpr, BITS: tl.constexpr):
+    """Row r's int32 state: PASSES digit histograms, PASSES arrival counters, the radix state
+    (thr bits, need, nbits, eq, done), the collect counter, then n_chunks tie counts (offsets: _at)."""
+    return state + r.to(tl.int64) * (PASSES * ((1 << BITS) + 1) + 6 + n_chunks)
+
+
+@triton.jit
+def _at(what: tl.constexpr, PASSES: tl.constexpr, BITS: tl.constexpr):
+    """Offset in a state row of: 0 arrival counters, 1 radix state, 2 collect counter, 3 tie counts."""
+    base = PASSES * (1 << BITS)
+    if what == 1:
+        base += PASSES
+    elif what == 2:
+        base += PASSES + 5
+    elif what == 3:
+        base += PASSES + 6
+    return base
+
+
+@triton.jit
+def _radix_state(row_state, n, TOPK: tl.constexpr, PASS: tl.constexpr, PASSES: tl.constexpr, BITS: tl.constexpr):
+    """(thr, need, nbits, eq, done) of a row before digit pass PASS (PASS == PASSES: the final
+    state); done once the set is fixed (n <= TOPK, the bin wholly needed, or all 32 bits)."""
+    if PASS == 0:
+        thr = tl.zeros((), tl.uint32)
+        need = tl.full((), TOPK, tl.int32)
+        nbits = tl.zeros((), tl.int32)
+        eq = tl.zeros((), tl.int32)
+        done = (n <= TOPK).to(tl.int32)
+    else:
+        rs = row_state + _at(1, PASSES, BITS)
+        thr = tl.load(rs).to(tl.uint32, bitcast=True)
+        need = tl.load(rs + 1)
+        nbits = tl.load(rs + 2)
+        eq = tl.load(rs + 3)
+        done = tl.load(rs + 4)
+    return thr, need, nbits, eq, done
+
+
+@triton.jit
+def _active(t, T, redo, r):
+    """Token t (row r of the launch) is selected here: t < T and, given a redo list, r is flagged in it."""
+    go = t < T
+    if redo is not None:
+        go = go & (tl.load(redo + r, mask=go, other=0) != 0)
+    return go
+
+
+@triton.jit
+def _chunk(scores, k_start, k_end, r, t, c, K, stride_scores_r, CHUNK: tl.constexpr):
+    """Chunk c of row r (token t): (columns, visible mask, keys, n = visible count of the row,
+    any = the chunk holds a visible column)."""
+    s, e = row_range(k_start, k_end, t, K)
+    cols = c * CHUNK + tl.arange(0, CHUNK)
+    any_ = (c * CHUNK < e) & (c * CHUNK + CHUNK > s)
+    m = (cols >= s) & (cols < e) & any_
+    key = sel_key(tl.load(scores + r.to(tl.int64) * stride_scores_r + cols, mask=m, other=0.0))
+    return cols, m, key, e - s, any_
+
+
+@triton.jit
+def radix_pass_kernel(
+    scores,  # [rows, >= K] fp32: token t's scores in row r = t - row0
+    k_start,  # [T] int32
+    k_end,  # [T] int32
+    state,  # [rows, PASSES * (2**BITS + 1) + 6 + n_chunks] int32, zeroed (layout: _state_row)
+    row0,  # first token of this launch
+    T,  # tokens
+    K,  # columns of a row
+    stride_scores_r,
+    n_chunks,  # chunks per row: cdiv(K, CHUNK)
+    redo,  # [rows] int32 or None: only rows flagged nonzero are selected (the filter path's fallback)
+    PASS: tl.constexpr,  # the digit of this launch, most significant first; PASSES: the tie count
+    PASSES: tl.constexpr,  # 32 // BITS
+    TOPK: tl.constexpr,
+    CHUNK: tl.constexpr,  # columns per program
+    BITS: tl.constexpr,  # radix digit width
+):
+    """Grid (rows, n_chunks). PASS < PASSES, digit pass PASS: chunk c's histogram of digit PASS
+    over the keys sharing the threshold prefix so far, added to the row's hist[PASS]; the row's
+    last program to arrive (acq_rel counter: it sees every other program's histogram) advances
+    the row's radix state. PASS == PASSES, the tie count: ties[c] = chunk c's keys equal to the
+    row's final threshold prefix when only part of them is taken (else nothing is read or written)."""
+    r = tl.program_id(0)
+    c = tl.program_id(1)
+    t = row0 + r
+    if _active(t, T, redo, r):
+        st = _state_row(state, r, n_chunks, PASSES, BITS)
+        if PASS == PASSES:
+            s, e = row_range(k_start, k_end, t, K)
+            thr, need, nbits, eq, done = _radix_state(st, e - s, TOPK, PASSES, PASSES, BITS)
+            if (e - s > TOPK) & (eq > need):
+                cols, m, key, n, any_ = _chunk(scores, k_start, k_end, r, t, c, K, stride_scores_r, CHUNK)
+                hit = m & ((key & top_bits(nbits)) == thr)
+                tl.store(st + _at(3, PASSES, BITS) + c, tl.sum(hit.to(tl.int32), 0))
+        else:
+            s, e = row_range(k_start, k_end, t, K)
+            thr, need, nbits, eq, done = _radix_state(st, e - s, TOPK, PASS, PASSES, BITS)
+            bins = tl.arange(0, 1 << BITS)
+            hist = st + PASS * (1 << BITS) + bins
+            if (done == 0) & (c * CHUNK < e) & (c * CHUNK + CHUNK > s):  # nothing is read once the set is fixed
+                cols, m, key, n, any_ = _chunk(scores, k_start, k_end, r, t, c, K, stride_scores_r, CHUNK)
+                m = m & ((key & top_bits(nbits)) == thr)
+                digit = ((key >> (32 - BITS - PASS * BITS)) & ((1 << BITS) - 1)).to(tl.int32)
+                h = tl.histogram(digit, 1 << BITS, mask=m)
+                tl.atomic_add(hist, h, mask=h > 0, sem="relaxed")
+            if tl.atomic_add(st + _at(0, PASSES, BITS) + PASS, 1, sem="acq_rel") == n_chunks - 1:
+                if done == 0:
+                    thr, need, nbits, eq = digit_step(tl.load(hist, volatile=True), thr, need, nbits, BITS)
+                    done = ((nbits == 32) | (eq == need)).to(tl.int32)
+                rs = st + _at(1, PASSES, BITS)
+                tl.store(rs, thr.to(tl.int32, bitcast=True))
+                tl.store(rs + 1, need)
+                tl.store(rs + 2, nbits)
+                tl.store(rs + 3, eq)
+                tl.store(rs + 4, done)
+
+
+@triton.jit
+def radix_collect_kernel(
+    scores,  # [rows, >= K] fp32: token t's scores in row r = t - row0
+    k_start,  # [T] int32
+    k_end,  # [T] int32
+    state,  # [rows, PASSES * (2**BITS + 1) + 6 + n_chunks] int32, zeroed (layout: _state_row)
+    win_keys,  # [T, TOPK] fp32 out (key bits), or scratch [rows, TOPK] int32 (by_token 0)
+    win_indices,  # [T, TOPK] int32 out, or scratch [rows, TOPK] int32 (by_token 0)
+    row0,  # first token of this launch
+    T,  # tokens
+    K,  # columns of a row
+    stride_scores_r,
+    n_chunks,  # chunks per row: cdiv(K, CHUNK)
+    redo,  # [rows] int32 or None: only rows flagged nonzero are collected
+    by_token,  # 1: win_* rows are indexed by token t (the outputs), 0: by r (a scratch)
+    PASSES: tl.constexpr,  # 32 // BITS
+    TOPK: tl.constexpr,
+    CHUNK: tl.constexpr,  # columns per program
+    BITS: tl.constexpr,  # radix digit width
+    N_CHUNKS_P2: tl.constexpr,  # next power of two of n_chunks
+):
+    """Grid (rows, n_chunks): chunk c's winners (key bits, column), unsorted, into win_keys /
+    win_indices (the output rows, indexed by token, or a scratch indexed by r: ``by_token`` = 0
+    selects the latter) at positions reserved from the row's counter."""
+    r = tl.program_id(0)
+    c = tl.program_id(1)
+    t = row0 + r
+    if _active(t, T, redo, r):
+        st = _state_row(state, r, n_chunks, PASSES, BITS)
+        cols, m, key, n, any_ = _chunk(scores, k_start, k_end, r, t, c, K, stride_scores_r, CHUNK)
+        if any_:
+            take = m
+            if n > TOPK:
+                thr, need, nbits, eq, done = _radix_state(st, n, TOPK, PASSES, PASSES, BITS)
+                sl = tl.arange(0, N_CHUNKS_P2)
+                before = tl.sum(tl.load(st + _at(3, PASSES, BITS) + sl, mask=sl < c, other=0), 0)
+                take = winners(key, m, thr, need, nbits, eq, before)
+            cnt = tl.sum(take.to(tl.int32), 0)
+            base = tl.atomic_add(st + _at(2, PASSES, BITS), cnt, sem="relaxed")
+            row = tl.where(by_token == 0, r, t).to(tl.int64) * TOPK
+            store_winners(win_keys.to(tl.pointer_type(tl.uint32)) + row, win_indices + row, take, key, cols, base)
+
+
+@triton.jit
+def sort_rows_kernel(
+    k_start,  # [T] int32
+    k_end,  # [T] int32
+    out_values,  # [T, TOPK] fp32: the collected winners' key bits in, the sorted scores out
+    out_indices,  # [T, TOPK] int32: their columns in, sorted out
+    row0,  # first token of this launch
+    T,  # tokens
+    K,  # columns of a row
+    redo,  # [rows] int32 or None: only rows flagged nonzero are sorted
+    TOPK: tl.constexpr,
+    TOPK_P2: tl.constexpr,  # next power of two of TOPK
+):
+    """One program per token t = row0 + pid: sort its min(visible, TOPK) collected winners."""
+    t = row0 + tl.program_id(0)
+    if _active(t, T, redo, tl.program_id(0)):
+        s, e = row_range(k_start, k_end, t, K)
+        sort_keys(out_values + t.to(tl.int64) * TOPK, out_indices + t.to(tl.int64) * TOPK,
+                   tl.minimum(e - s, TOPK), TOPK, TOPK_P2)
+
+
+@triton.jit
+def rank_sort_kernel(
+    k_start,  # [T] int32
+    k_end,  # [T] int32
+    win_keys,  # [rows, TOPK] int32: the collected winners' key bits (scratch row r)
+    win_indices,  # [rows, TOPK] int32: their columns
+    out_values,  # [T, TOPK] fp32 out
+    out_indices,  # [T, TOPK] int32 out
+    row0,  # first token of this launch
+    T,  # tokens
+    K,  # columns of a row
+    TOPK: tl.constexpr,
+    TOPK_P2: tl.constexpr,  # next power of two of TOPK
+    SLICE: tl.constexpr,  # winners placed per program
+):
+    """Grid (rows, cdiv(TOPK, SLICE)), for few rows: each program places SLICE of row r's collected
+    winners (scratch row r) at their rank among all of them, rank = how many have a larger
+    key, or the same key and a lower column (columns are distinct), and pads its share of slots
+    past the count. Many small programs: a row's sort is a single latency-bound program else."""
+    r = tl.program_id(0)
+    t = row0 + r
+    if t < T:
+        s, e = row_range(k_start, k_end, t, K)
+        taken = tl.minimum(e - s, TOPK)
+        keys = win_keys.to(tl.pointer_type(tl.uint32)) + r.to(tl.int64) * TOPK
+        cols = win_indices + r.to(tl.int64) * TOPK
+        q = tl.program_id(1) * SLICE + tl.arange(0, SLICE)
+        mk = tl.load(keys + q, mask=q < taken, other=0)
+        mi = tl.load(cols + q, mask=q < taken, other=0)
+        p = tl.arange(0, TOPK_P2)
+        k = tl.load(keys + p, mask=p < taken, other=0)[None, :]
+        i = tl.load(cols + p, mask=p < taken, other=0)[None, :]
+        before = (k > mk[:, None]) | ((k == mk[:, None]) & (i < mi[:, None]))
+        rank = tl.sum((before & (p < taken)[None, :]).to(tl.int32), 1)
+        dst = t.to(tl.int64) * TOPK
+        tl.store(out_values + dst + rank, key_value(mk), mask=q < taken)
+        tl.store(out_indices + dst + rank, mi, mask=q < taken)
+        pad = (q >= taken) & (q < TOPK)
+        tl.store(out_values + dst + q, float("-inf"), mask=pad)
+        tl.store(out_indices + dst + q, -1, mask=pad)
