@@ -69,7 +69,7 @@ def decode_dtype(target: str):
 
 @dataclass(frozen=True)
 class SelectConfig:
-    """The selection engine (kernels/select.py, kernels/select_launch.py)."""
+    """The selection engine (kernels/select*.py, launched by kernels/select_launch.py)."""
     num_warps: int    # one program per row (select_kernel)
     ch: int           # ... elements per step of its radix-select passes
     min_rows: int     # a prefill workspace chunk holds at least this many rows (fills the GPU)
@@ -89,13 +89,14 @@ class SelectConfig:
     rank_rows: int = 8     # at most this many rows: winners ranked by topk / rank_slice programs per row
     rank_slice: int = 8    # winners per program: an [8, topk] comparison over 16 warps (AOT gfx942:
     rank_warps: int = 16   # [64, 2048] and [8, 2048] over 4-8 warps spilled SGPRs)
-    filter_rows: int = 128  # rows longer than row_max, at least this many: the sampled filter path
+    filter_rows: int = 64  # rows longer than row_max, at least this many: the sampled filter path
     sample: int = 2048     # ... keys sampled per row for its candidate bound
     sample_z: float = 4.0  # ... binomial deviations of margin (fewer: fewer candidates, more fallbacks)
     cand_factor: int = 4   # ... candidate slots per row: cand_factor x next_pow2(topk)
-    filter_chunk: int = 8192  # ... columns per program of its filter pass
-    filter_step: int = 1024   # ... columns per step of that program's loop
+    filter_chunk: int = 2048  # ... columns per program of its filter pass (in registers)
     filter_warps: int = 4
+    fallback_warps: int = 8  # the chunked passes walking the filter's fallback list (gfx942 AOT: 4 warps
+    #                          spill 7 registers in the list-walking collect, 8 do not)
 
     def __post_init__(self):
         if self.packed and (self.bits != 4 or -(-self.row_max // self.ch) > 255 or self.row_max >= 1 << 16):
@@ -119,8 +120,7 @@ SELECT = {
     "gfx942": SelectConfig(num_warps=4, ch=256, min_rows=512),
     "other": SelectConfig(num_warps=4, ch=256, min_rows=512),
     "interpreter": SelectConfig(num_warps=4, ch=64, min_rows=8, row_max=256, few_rows=3, chunk=64, chunk_min=32,
-                                chunk_programs=8, rank_rows=2, filter_rows=4, sample=256, filter_chunk=256,
-                                filter_step=64),
+                                chunk_programs=8, rank_rows=2, filter_rows=4, sample=256, filter_chunk=64),
 }
 TARGETS = ("gfx942", "sm90")
 OTHER = "other"  # the key of a table's conservative config, for any arch the table does not name

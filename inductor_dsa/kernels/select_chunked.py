@@ -56,15 +56,6 @@ def _radix_state(row_state, n, TOPK: tl.constexpr, PASS: tl.constexpr, PASSES: t
 
 
 @triton.jit
-def _active(t, T, redo, r):
-    """Token t (row r of the launch) is selected here: t < T and, given a redo list, r is flagged in it."""
-    go = t < T
-    if redo is not None:
-        go = go & (tl.load(redo + r, mask=go, other=0) != 0)
-    return go
-
-
-@triton.jit
 def _chunk(scores, k_start, k_end, r, t, c, K, stride_scores_r, CHUNK: tl.constexpr):
     """Chunk c of row r (token t): (columns, visible mask, keys, n = visible count of the row,
     any = the chunk holds a visible column)."""
@@ -87,22 +78,36 @@ def radix_pass_kernel(
     K,  # columns of a row
     stride_scores_r,
     n_chunks,  # chunks per row: cdiv(K, CHUNK)
-    redo,  # [rows] int32 or None: only rows flagged nonzero are selected (the filter path's fallback)
+    redo,  # [1 + rows] int32 or None: a count, then the rows to select (the filter's fallback)
     PASS: tl.constexpr,  # the digit of this launch, most significant first; PASSES: the tie count
     PASSES: tl.constexpr,  # 32 // BITS
     TOPK: tl.constexpr,
     CHUNK: tl.constexpr,  # columns per program
     BITS: tl.constexpr,  # radix digit width
 ):
-    """Grid (rows, n_chunks). PASS < PASSES, digit pass PASS: chunk c's histogram of digit PASS
-    over the keys sharing the threshold prefix so far, added to the row's hist[PASS]; the row's
-    last program to arrive (acq_rel counter: it sees every other program's histogram) advances
-    the row's radix state. PASS == PASSES, the tie count: ties[c] = chunk c's keys equal to the
-    row's final threshold prefix when only part of them is taken (else nothing is read or written)."""
-    r = tl.program_id(0)
+    """Grid (rows, n_chunks), or (any, n_chunks) given ``redo``. PASS < PASSES, digit pass PASS:
+    chunk c's histogram of digit PASS over the keys sharing the threshold prefix so far, added to
+    the row's hist[PASS]; the row's last program to arrive (acq_rel counter: it sees every other
+    program's histogram) advances the row's radix state. PASS == PASSES, the tie count: ties[c] =
+    chunk c's keys equal to the row's final threshold prefix when only part of them is taken (else
+    nothing is read or written). Given ``redo``, program (g, c) takes chunk c of the listed rows
+    g, g + grid rows, ..."""
+    if redo is None:
+        _radix_pass_row(scores, k_start, k_end, state, tl.program_id(0), row0, T, K, stride_scores_r, n_chunks,
+                        PASS, PASSES, TOPK, CHUNK, BITS)
+    else:
+        for i in range(tl.program_id(0), tl.load(redo), tl.num_programs(0)):
+            _radix_pass_row(scores, k_start, k_end, state, tl.load(redo + 1 + i), row0, T, K, stride_scores_r,
+                            n_chunks, PASS, PASSES, TOPK, CHUNK, BITS)
+
+
+@triton.jit
+def _radix_pass_row(scores, k_start, k_end, state, r, row0, T, K, stride_scores_r, n_chunks, PASS: tl.constexpr,
+                    PASSES: tl.constexpr, TOPK: tl.constexpr, CHUNK: tl.constexpr, BITS: tl.constexpr):
+    """radix_pass_kernel's work on chunk program_id(1) of row r."""
     c = tl.program_id(1)
     t = row0 + r
-    if _active(t, T, redo, r):
+    if t < T:
         st = _state_row(state, r, n_chunks, PASSES, BITS)
         if PASS == PASSES:
             s, e = row_range(k_start, k_end, t, K)
@@ -147,7 +152,7 @@ def radix_collect_kernel(
     K,  # columns of a row
     stride_scores_r,
     n_chunks,  # chunks per row: cdiv(K, CHUNK)
-    redo,  # [rows] int32 or None: only rows flagged nonzero are collected
+    redo,  # [1 + rows] int32 or None: a count, then the rows to collect (as radix_pass_kernel)
     by_token,  # 1: win_* rows are indexed by token t (the outputs), 0: by r (a scratch)
     PASSES: tl.constexpr,  # 32 // BITS
     TOPK: tl.constexpr,
@@ -158,10 +163,23 @@ def radix_collect_kernel(
     """Grid (rows, n_chunks): chunk c's winners (key bits, column), unsorted, into win_keys /
     win_indices (the output rows, indexed by token, or a scratch indexed by r: ``by_token`` = 0
     selects the latter) at positions reserved from the row's counter."""
-    r = tl.program_id(0)
+    if redo is None:
+        _collect_row(scores, k_start, k_end, state, win_keys, win_indices, tl.program_id(0), row0, T, K,
+                     stride_scores_r, n_chunks, by_token, PASSES, TOPK, CHUNK, BITS, N_CHUNKS_P2)
+    else:
+        for i in range(tl.program_id(0), tl.load(redo), tl.num_programs(0)):
+            _collect_row(scores, k_start, k_end, state, win_keys, win_indices, tl.load(redo + 1 + i), row0, T, K,
+                         stride_scores_r, n_chunks, by_token, PASSES, TOPK, CHUNK, BITS, N_CHUNKS_P2)
+
+
+@triton.jit
+def _collect_row(scores, k_start, k_end, state, win_keys, win_indices, r, row0, T, K, stride_scores_r, n_chunks,
+                 by_token, PASSES: tl.constexpr, TOPK: tl.constexpr, CHUNK: tl.constexpr, BITS: tl.constexpr,
+                 N_CHUNKS_P2: tl.constexpr):
+    """radix_collect_kernel's work on chunk program_id(1) of row r."""
     c = tl.program_id(1)
     t = row0 + r
-    if _active(t, T, redo, r):
+    if t < T:
         st = _state_row(state, r, n_chunks, PASSES, BITS)
         cols, m, key, n, any_ = _chunk(scores, k_start, k_end, r, t, c, K, stride_scores_r, CHUNK)
         if any_:
@@ -186,16 +204,24 @@ def sort_rows_kernel(
     row0,  # first token of this launch
     T,  # tokens
     K,  # columns of a row
-    redo,  # [rows] int32 or None: only rows flagged nonzero are sorted
+    redo,  # [1 + rows] int32 or None: a count, then the rows to sort (program g: entries g, g + grid, ...)
     TOPK: tl.constexpr,
     TOPK_P2: tl.constexpr,  # next power of two of TOPK
 ):
-    """One program per token t = row0 + pid: sort its min(visible, TOPK) collected winners."""
-    t = row0 + tl.program_id(0)
-    if _active(t, T, redo, tl.program_id(0)):
+    """Sort the min(visible, TOPK) collected winners of token t = row0 + r: r = pid, or each listed row."""
+    if redo is None:
+        _sort_row(k_start, k_end, out_values, out_indices, row0 + tl.program_id(0), T, K, TOPK, TOPK_P2)
+    else:
+        for i in range(tl.program_id(0), tl.load(redo), tl.num_programs(0)):
+            _sort_row(k_start, k_end, out_values, out_indices, row0 + tl.load(redo + 1 + i), T, K, TOPK, TOPK_P2)
+
+
+@triton.jit
+def _sort_row(k_start, k_end, out_values, out_indices, t, T, K, TOPK: tl.constexpr, TOPK_P2: tl.constexpr):
+    if t < T:
         s, e = row_range(k_start, k_end, t, K)
         sort_keys(out_values + t.to(tl.int64) * TOPK, out_indices + t.to(tl.int64) * TOPK,
-                   tl.minimum(e - s, TOPK), TOPK, TOPK_P2)
+                  tl.minimum(e - s, TOPK), TOPK, TOPK_P2)
 
 
 @triton.jit

@@ -6,13 +6,13 @@ with j a few binomial deviations past the expected sample rank of the k-th key; 
 copies the keys at or above it into candidate slots (one read of the row); ``cand_select_kernel``
 runs ``select_row`` over them. A row whose candidates are too few (the sample missed), too many
 for their slots, or whose threshold splits a run of equal keys (the candidates are in no column
-order) is flagged and selected again by the chunked passes (kernels/select_chunked.py), which skip
-every other row: exact whatever the data, fast when the scores are continuous.
+order) is listed and selected again by the chunked passes (kernels/select_chunked.py), which walk
+only the listed rows: exact whatever the data, fast when the scores are continuous.
 """
 import triton
 import triton.language as tl
 
-from .select import digit_step, first_step, next_step, row_range, sel_key, select_row, top_bits
+from .select import digit_step, row_range, sel_key, select_row, top_bits
 
 
 @triton.jit
@@ -74,34 +74,28 @@ def filter_kernel(
     K,  # columns of a row
     stride_scores_r,
     CAP: tl.constexpr,  # candidate slots per row
-    CHUNK: tl.constexpr,  # columns per program
-    STEP: tl.constexpr,  # columns per step of its loop
+    CHUNK: tl.constexpr,  # columns per program, held in registers
 ):
     """Grid (rows, cdiv(K, CHUNK)): chunk c's visible scores whose key is at least the row's bound
-    into the row's candidate slots, at positions reserved from its count (counted past CAP too,
-    so an overflow shows). Program j takes chunk cdiv(K, CHUNK) - 1 - j: the candidates are out
-    of column order under the interpreter too (which runs programs in order), as on a GPU."""
+    into the row's candidate slots, at positions reserved from its count by one atomic (counted
+    past CAP too, so an overflow shows). Program j takes chunk cdiv(K, CHUNK) - 1 - j: the
+    candidates are out of column order under the interpreter too (which runs programs in order),
+    as on a GPU."""
     r = tl.program_id(0)
     t = row0 + r
     if t < T:
         s, e = row_range(k_start, k_end, t, K)
-        c = tl.num_programs(1) - 1 - tl.program_id(1)
-        c0 = tl.maximum(c * CHUNK, s)
-        c1 = tl.minimum(c * CHUNK + CHUNK, e)
+        cols = (tl.num_programs(1) - 1 - tl.program_id(1)) * CHUNK + tl.arange(0, CHUNK)
+        m = (cols >= s) & (cols < e)
+        x = tl.load(scores + r.to(tl.int64) * stride_scores_r + cols, mask=m, other=0.0)
         fr = filt + r.to(tl.int64) * 2
-        lo = tl.load(fr).to(tl.uint32, bitcast=True)
-        src = scores + r.to(tl.int64) * stride_scores_r
-        dst = r.to(tl.int64) * CAP
-        carry = first_step(src, c0, c1, STEP, True)
-        for b in range(c0, c1, STEP):  # each step's scores loaded a step ahead, beside the atomic
-            cols = b + tl.arange(0, STEP)
-            x, key, carry = next_step(src, cols, c1, carry, STEP, True)
-            take = (cols < c1) & (key >= lo)
-            cnt = tl.sum(take.to(tl.int32), 0)
-            if cnt > 0:
-                pos = tl.atomic_add(fr + 1, cnt, sem="relaxed") + tl.cumsum(take.to(tl.int32), 0) - 1
-                tl.store(cand_scores + dst + pos, x, mask=take & (pos < CAP))
-                tl.store(cand_cols + dst + pos, cols, mask=take & (pos < CAP))
+        take = m & (sel_key(x) >= tl.load(fr).to(tl.uint32, bitcast=True))
+        cnt = tl.sum(take.to(tl.int32), 0)
+        if cnt > 0:
+            pos = tl.atomic_add(fr + 1, cnt, sem="relaxed") + tl.cumsum(take.to(tl.int32), 0) - 1
+            dst = r.to(tl.int64) * CAP
+            tl.store(cand_scores + dst + pos, x, mask=take & (pos < CAP))
+            tl.store(cand_cols + dst + pos, cols, mask=take & (pos < CAP))
 
 
 @triton.jit
@@ -109,7 +103,7 @@ def cand_select_kernel(
     k_start,  # [T] int32
     k_end,  # [T] int32
     filt,  # [rows, 2] int32: the bound and the candidate count
-    redo,  # [rows] int32 out, zeroed: 1 where the row must be selected by the fallback
+    redo,  # [1 + rows] int32 out, zeroed: a count, then the rows the fallback must select
     cand_scores,  # [rows, CAP] fp32: the candidates
     cand_cols,  # [rows, CAP] int32: their columns
     out_values,  # [T, TOPK] fp32 out
@@ -128,18 +122,17 @@ def cand_select_kernel(
     """One program per row: top-k of its candidates (``select_row``, columns as indices), exact
     when the candidates hold at least min(visible, TOPK) keys, fit CAP, and the threshold needs
     all keys equal to it (candidates are in no column order, so a partial tie cannot be
-    resolved here). Otherwise the row is flagged in ``redo`` for the chunked passes."""
+    resolved here). Otherwise the row is listed in ``redo`` for the chunked passes (in no fixed order)."""
     r = tl.program_id(0)
     t = row0 + r
     if t < T:
         s, e = row_range(k_start, k_end, t, K)
         cnt = tl.load(filt + r.to(tl.int64) * 2 + 1)
-        if (cnt < tl.minimum(e - s, TOPK)) | (cnt > CAP):
-            tl.store(redo + r, 1)
-        else:
+        flag = (cnt < tl.minimum(e - s, TOPK)) | (cnt > CAP)
+        if flag == 0:
             at = r.to(tl.int64) * CAP
-            partial = select_row(cand_scores + at, 0, cnt, out_values + t.to(tl.int64) * TOPK,
-                                 out_indices + t.to(tl.int64) * TOPK, TOPK, TOPK_P2, BLOCK_SELECT,
-                                 score_indices=cand_cols + at, BITS=BITS, SORT_HERE=SORT_HERE, PREFETCH=PREFETCH)
-            if partial:
-                tl.store(redo + r, 1)
+            flag = select_row(cand_scores + at, 0, cnt, out_values + t.to(tl.int64) * TOPK,
+                              out_indices + t.to(tl.int64) * TOPK, TOPK, TOPK_P2, BLOCK_SELECT,
+                              score_indices=cand_cols + at, BITS=BITS, SORT_HERE=SORT_HERE, PREFETCH=PREFETCH)
+        if flag:
+            tl.store(redo + 1 + tl.atomic_add(redo, 1, sem="relaxed"), r)

@@ -20,6 +20,7 @@ from .select_filter import cand_select_kernel, filter_kernel, sample_kernel
 _TYPES = dict(z="fp32", scores="*fp32", k_start="*i32", k_end="*i32", state="*i32", out_values="*fp32",
               out_indices="*i32", win_keys="*i32", win_indices="*i32", filt="*i32", redo="*i32",
               cand_scores="*fp32", cand_cols="*i32")  # argument types for the AOT signatures (else i32)
+SAMPLE_BITS = 8  # digit width of the sampled filter's in-register select (sample_kernel)
 
 
 def chunked(rows: int, n: int, cfg: configs.SelectConfig) -> bool:
@@ -57,8 +58,8 @@ def select(src, row0: int, rows: int, t: int, n: int, k_start, k_end, out_v, out
            cfg: configs.SelectConfig):
     """Top-k of tokens row0 .. row0 + rows - 1 (< t), whose scores are src[t - row0, :n] (last dim
     contiguous), into out_v / out_i [T, topk] rows row0 ...; columns k_start[t] <= j < k_end[t].
-    Returns the sampled filter's fallback flags ([rows] int32, nonzero: the row went through the
-    chunked passes), or None on the other paths."""
+    Returns the sampled filter's fallback list ([1 + rows] int32: a count, then the rows, launch-
+    relative and in no fixed order, that went through the chunked passes), or None on the other paths."""
     topk_p2 = next_pow2(topk)
     if not chunked(rows, n, cfg):
         apart = topk >= cfg.sort_apart
@@ -69,62 +70,63 @@ def select(src, row0: int, rows: int, t: int, n: int, k_start, k_end, out_v, out
             sort_rows_kernel[(rows,)](k_start, k_end, out_v, out_i, row0, t, n, None, TOPK=topk, TOPK_P2=topk_p2,
                                       num_warps=cfg.row_sort_warps)
         return None
-    redo, sorted_here = None, False
-    if filtered(rows, n, cfg):
-        redo, sorted_here = _filter(src, row0, rows, t, n, k_start, k_end, out_v, out_i, topk, cfg)
-    _chunked(src, row0, rows, t, n, k_start, k_end, out_v, out_i, topk, cfg, redo, sorted_here)
+    redo = _filter(src, row0, rows, t, n, k_start, k_end, out_v, out_i, topk, cfg) if filtered(rows, n, cfg) else None
+    _chunked(src, row0, rows, t, n, k_start, k_end, out_v, out_i, topk, cfg, redo)
     return redo
 
 
 def _filter(src, row0, rows, t, n, k_start, k_end, out_v, out_i, topk, cfg):
     """The sampled filter: a candidate bound per row (``sample_kernel``), the keys at or above it
-    copied out (``filter_kernel``), their top-k (``cand_select_kernel``). Returns (the rows it
-    flags for the chunked passes, whether it sorted its rows itself)."""
+    copied out (``filter_kernel``), their top-k (``cand_select_kernel``; sorted there below
+    ``sort_apart``). Returns the list of rows it leaves to the chunked passes."""
     cap = cand_slots(n, topk, cfg)
-    ints = torch.zeros(rows * 3, dtype=torch.int32, device=src.device)
+    ints = torch.zeros(rows * 3 + 1, dtype=torch.int32, device=src.device)
     filt, redo = ints[:rows * 2], ints[rows * 2:]
     cand_scores = torch.empty((rows, cap), dtype=torch.float32, device=src.device)
     cand_cols = torch.empty((rows, cap), dtype=torch.int32, device=src.device)
     sample_kernel[(rows,)](src, k_start, k_end, filt, row0, t, n, src.stride(0), float(cfg.sample_z), TOPK=topk,
-                           SAMPLE=cfg.sample, BITS=8, num_warps=cfg.filter_warps)
+                           SAMPLE=cfg.sample, BITS=SAMPLE_BITS, num_warps=cfg.filter_warps)
     filter_kernel[(rows, cdiv(n, cfg.filter_chunk))](src, k_start, k_end, filt, cand_scores, cand_cols, row0, t, n,
                                                      src.stride(0), CAP=cap, CHUNK=cfg.filter_chunk,
-                                                     STEP=cfg.filter_step, num_warps=cfg.filter_warps)
-    here = topk < cfg.sort_apart
+                                                     num_warps=cfg.filter_warps)
     cand_select_kernel[(rows,)](k_start, k_end, filt, redo, cand_scores, cand_cols, out_v, out_i, row0, t, n, CAP=cap,
                                 TOPK=topk, TOPK_P2=next_pow2(topk), BLOCK_SELECT=cfg.ch, BITS=cfg.bits,
-                                SORT_HERE=here, PREFETCH=cfg.prefetch, num_warps=cfg.num_warps)
-    return redo, here
+                                SORT_HERE=topk < cfg.sort_apart, PREFETCH=cfg.prefetch, num_warps=cfg.num_warps)
+    return redo
 
 
-def _chunked(src, row0, rows, t, n, k_start, k_end, out_v, out_i, topk, cfg, redo=None, sorted_here=False):
-    """The chunked radix passes over the rows (only those flagged in ``redo`` when given), then the
-    per-row sort (of every row unless the others were ``sorted_here``) or the rank sort."""
+def _chunked(src, row0, rows, t, n, k_start, k_end, out_v, out_i, topk, cfg, redo=None):
+    """The chunked radix passes over the rows (only those listed in ``redo`` when given, on a grid of
+    about ``chunk_programs`` per multiprocessor whose programs walk the list), then the per-row sort
+    (of every row unless the filter sorted the others) or the rank sort."""
     topk_p2 = next_pow2(topk)
     bits, chunk = cfg.pass_bits, chunk_size(src.device, rows, n, cfg)
     passes = 32 // bits
     s = cdiv(n, chunk)
-    state = torch.zeros((rows, passes * ((1 << bits) + 1) + 6 + s), dtype=torch.int32, device=src.device)  # select_chunked._state_row
-    common = dict(TOPK=topk, CHUNK=chunk, BITS=bits, num_warps=cfg.chunk_warps)
+    grid_rows = rows if redo is None else min(rows, cdiv(configs.wave_programs(src.device, cfg.chunk_programs), s))
+    # the layout of select_chunked._state_row
+    state = torch.zeros((rows, passes * ((1 << bits) + 1) + 6 + s), dtype=torch.int32, device=src.device)
+    common = dict(TOPK=topk, CHUNK=chunk, BITS=bits, num_warps=cfg.chunk_warps if redo is None else cfg.fallback_warps)
     args = (src, k_start, k_end, state, row0, t, n, src.stride(0), s, redo)
     for p in range(passes + 1):  # the digit passes, then the tie count
-        radix_pass_kernel[(rows, s)](*args, PASS=p, PASSES=passes, **common)
+        radix_pass_kernel[(grid_rows, s)](*args, PASS=p, PASSES=passes, **common)
     rank = redo is None and rows <= cfg.rank_rows
     # ranked: winners go to a scratch [rows, topk] pair first (the ranking reads them all)
     if rank:
         win_keys, win_indices = torch.empty((2, rows, topk), dtype=torch.int32, device=src.device)
     else:
         win_keys, win_indices = out_v, out_i
-    radix_collect_kernel[(rows, s)](*args[:4], win_keys, win_indices, *args[4:], 0 if rank else 1,
-                                    PASSES=passes, N_CHUNKS_P2=next_pow2(s), **common)
+    radix_collect_kernel[(grid_rows, s)](*args[:4], win_keys, win_indices, *args[4:], 0 if rank else 1,
+                                         PASSES=passes, N_CHUNKS_P2=next_pow2(s), **common)
     if rank:
         rank_sort_kernel[(rows, cdiv(topk, cfg.rank_slice))](
             k_start, k_end, win_keys, win_indices, out_v, out_i, row0, t, n, TOPK=topk, TOPK_P2=topk_p2,
             SLICE=cfg.rank_slice, num_warps=cfg.rank_warps)
     else:
-        sort_rows_kernel[(rows,)](k_start, k_end, out_v, out_i, row0, t, n, redo if sorted_here else None,
-                                  TOPK=topk, TOPK_P2=topk_p2,
-                                  num_warps=cfg.sort_warps if redo is None else cfg.row_sort_warps)
+        listed = redo is not None and topk < cfg.sort_apart  # the filter sorted the other rows
+        grid = min(rows, configs.wave_programs(src.device, 1)) if listed else rows
+        sort_rows_kernel[(grid,)](k_start, k_end, out_v, out_i, row0, t, n, redo if listed else None, TOPK=topk,
+                                  TOPK_P2=topk_p2, num_warps=cfg.sort_warps if redo is None else cfg.row_sort_warps)
 
 
 def aot_variants(cfg: configs.SelectConfig, n: int = 1 << 20, tokens: int = 4096, filter_n: int = 65536):
@@ -156,15 +158,15 @@ def aot_variants(cfg: configs.SelectConfig, n: int = 1 << 20, tokens: int = 4096
             yield variant(name, topk, kernel, dict(consts, redo=None) if "redo" in kernel.arg_names else consts,
                           warps, ints)
         cap = cand_slots(filter_n, topk, cfg)
-        filt = [("sample", sample_kernel, dict(TOPK=topk, SAMPLE=cfg.sample, BITS=8), cfg.filter_warps),
-                ("filter", filter_kernel, dict(CAP=cap, CHUNK=cfg.filter_chunk, STEP=cfg.filter_step),
+        filt = [("sample", sample_kernel, dict(TOPK=topk, SAMPLE=cfg.sample, BITS=SAMPLE_BITS), cfg.filter_warps),
+                ("filter", filter_kernel, dict(CAP=cap, CHUNK=cfg.filter_chunk),
                  cfg.filter_warps),
                 ("cand_select", cand_select_kernel, dict(sort, CAP=cap, BLOCK_SELECT=cfg.ch, BITS=cfg.bits,
                                                          SORT_HERE=topk < cfg.sort_apart, PREFETCH=cfg.prefetch),
                  cfg.num_warps),
-                ("fallback_pass", radix_pass_kernel, dict(common, PASS=0), cfg.chunk_warps),
+                ("fallback_pass", radix_pass_kernel, dict(common, PASS=0), cfg.fallback_warps),
                 ("fallback_collect", radix_collect_kernel,
-                 dict(common, N_CHUNKS_P2=next_pow2(many["n_chunks"])), cfg.chunk_warps),
+                 dict(common, N_CHUNKS_P2=next_pow2(many["n_chunks"])), cfg.fallback_warps),
                 ("fallback_sort", sort_rows_kernel, sort, cfg.row_sort_warps)]
         for name, kernel, consts, warps in filt:
             yield variant(name, topk, kernel, consts, warps, many)
