@@ -93,7 +93,9 @@ class SelectConfig:
     sample: int = 2048     # ... keys sampled per row for its candidate bound
     sample_z: float = 4.0  # ... binomial deviations of margin (fewer: fewer candidates, more fallbacks)
     cand_factor: int = 4   # ... candidate slots per row: cand_factor x next_pow2(topk)
-    filter_chunk: int = 2048  # ... columns per program of its filter pass (in registers)
+    filter_chunk: int = 8192  # ... columns per program of its filter pass
+    filter_step: int = 1024   # ... columns per step of that program's loop (H100: one 2048-column
+    #                           step per program with one atomic, 624 us at [2048, 65536], against 365)
     filter_warps: int = 4
     fallback_warps: int = 8  # the chunked passes walking the filter's fallback list (gfx942 AOT: 4 warps
     #                          spill 7 registers in the list-walking collect, 8 do not)
@@ -120,7 +122,8 @@ SELECT = {
     "gfx942": SelectConfig(num_warps=4, ch=256, min_rows=512),
     "other": SelectConfig(num_warps=4, ch=256, min_rows=512),
     "interpreter": SelectConfig(num_warps=4, ch=64, min_rows=8, row_max=256, few_rows=3, chunk=64, chunk_min=32,
-                                chunk_programs=8, rank_rows=2, filter_rows=4, sample=256, filter_chunk=64),
+                                chunk_programs=8, rank_rows=2, filter_rows=4, sample=256, filter_chunk=256,
+                                filter_step=64),
 }
 TARGETS = ("gfx942", "sm90")
 OTHER = "other"  # the key of a table's conservative config, for any arch the table does not name

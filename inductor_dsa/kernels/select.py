@@ -175,18 +175,18 @@ def _digit_histogram(scores, s, e, thr, fixed, shift, NBINS: tl.constexpr, BLOCK
         hist = _packed_histogram(scores, s, e, thr, fixed, shift, BLOCK_SELECT)
     else:
         hist = tl.zeros((NBINS,), tl.int32)
-        carry = _first_step(scores, s, e, BLOCK_SELECT, PREFETCH)
+        carry = first_step(scores, s, e, BLOCK_SELECT, PREFETCH)
         for c0 in range(s, e, BLOCK_SELECT):
             cols = c0 + tl.arange(0, BLOCK_SELECT)
-            x, key, carry = _next_step(scores, cols, e, carry, BLOCK_SELECT, PREFETCH)
+            x, key, carry = next_step(scores, cols, e, carry, BLOCK_SELECT, PREFETCH)
             m = (cols < e) & ((key & fixed) == thr)
             hist += tl.histogram(((key >> shift) & (NBINS - 1)).to(tl.int32), NBINS, mask=m)
     return hist
 
 
 @triton.jit
-def _first_step(scores, s, e, BLOCK_SELECT: tl.constexpr, PREFETCH: tl.constexpr):
-    """The carry of ``_next_step`` into a loop over scores[s:e]: with PREFETCH the first step's scores."""
+def first_step(scores, s, e, BLOCK_SELECT: tl.constexpr, PREFETCH: tl.constexpr):
+    """The carry of ``next_step`` into a loop over scores[s:e]: with PREFETCH the first step's scores."""
     cols = s + tl.arange(0, BLOCK_SELECT)
     if PREFETCH:
         return tl.load(scores + cols, mask=cols < e, other=0.0)
@@ -194,7 +194,7 @@ def _first_step(scores, s, e, BLOCK_SELECT: tl.constexpr, PREFETCH: tl.constexpr
 
 
 @triton.jit
-def _next_step(scores, cols, e, carry, BLOCK_SELECT: tl.constexpr, PREFETCH: tl.constexpr):
+def next_step(scores, cols, e, carry, BLOCK_SELECT: tl.constexpr, PREFETCH: tl.constexpr):
     """(scores, keys, carry) of one step's columns. With PREFETCH the carry in holds their scores
     (loaded a step ahead) and the carry out the next step's, loaded now so that the load overlaps
     this step's work; else the scores are loaded here (the carry is unused)."""
@@ -276,11 +276,11 @@ def select_row(
     hi_mask = (ones >> low) << low
     taken = tl.zeros((), tl.int32)
     eq_seen = tl.zeros((), tl.int32)
-    carry = _first_step(scores, s, e, BLOCK_SELECT, PREFETCH)
+    carry = first_step(scores, s, e, BLOCK_SELECT, PREFETCH)
     for c0 in range(s, e, BLOCK_SELECT):
         cols = c0 + tl.arange(0, BLOCK_SELECT)
         m = cols < e
-        x, key, carry = _next_step(scores, cols, e, carry, BLOCK_SELECT, PREFETCH)
+        x, key, carry = next_step(scores, cols, e, carry, BLOCK_SELECT, PREFETCH)
         kt = key & hi_mask
         eq = m & (kt == thr)
         if partial:  # the first `need` of them in column order

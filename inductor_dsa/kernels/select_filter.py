@@ -12,7 +12,7 @@ only the listed rows: exact whatever the data, fast when the scores are continuo
 import triton
 import triton.language as tl
 
-from .select import digit_step, row_range, sel_key, select_row, top_bits
+from .select import digit_step, first_step, next_step, row_range, sel_key, select_row, top_bits
 
 
 @triton.jit
@@ -74,28 +74,34 @@ def filter_kernel(
     K,  # columns of a row
     stride_scores_r,
     CAP: tl.constexpr,  # candidate slots per row
-    CHUNK: tl.constexpr,  # columns per program, held in registers
+    CHUNK: tl.constexpr,  # columns per program
+    STEP: tl.constexpr,  # columns per step of its loop
 ):
     """Grid (rows, cdiv(K, CHUNK)): chunk c's visible scores whose key is at least the row's bound
-    into the row's candidate slots, at positions reserved from its count by one atomic (counted
-    past CAP too, so an overflow shows). Program j takes chunk cdiv(K, CHUNK) - 1 - j: the
-    candidates are out of column order under the interpreter too (which runs programs in order),
-    as on a GPU."""
+    into the row's candidate slots, at positions reserved from its count (counted past CAP too,
+    so an overflow shows). Program j takes chunk cdiv(K, CHUNK) - 1 - j: the candidates are out
+    of column order under the interpreter too (which runs programs in order), as on a GPU."""
     r = tl.program_id(0)
     t = row0 + r
     if t < T:
         s, e = row_range(k_start, k_end, t, K)
-        cols = (tl.num_programs(1) - 1 - tl.program_id(1)) * CHUNK + tl.arange(0, CHUNK)
-        m = (cols >= s) & (cols < e)
-        x = tl.load(scores + r.to(tl.int64) * stride_scores_r + cols, mask=m, other=0.0)
+        c = tl.num_programs(1) - 1 - tl.program_id(1)
+        c0 = tl.maximum(c * CHUNK, s)
+        c1 = tl.minimum(c * CHUNK + CHUNK, e)
         fr = filt + r.to(tl.int64) * 2
-        take = m & (sel_key(x) >= tl.load(fr).to(tl.uint32, bitcast=True))
-        cnt = tl.sum(take.to(tl.int32), 0)
-        if cnt > 0:
-            pos = tl.atomic_add(fr + 1, cnt, sem="relaxed") + tl.cumsum(take.to(tl.int32), 0) - 1
-            dst = r.to(tl.int64) * CAP
-            tl.store(cand_scores + dst + pos, x, mask=take & (pos < CAP))
-            tl.store(cand_cols + dst + pos, cols, mask=take & (pos < CAP))
+        lo = tl.load(fr).to(tl.uint32, bitcast=True)
+        src = scores + r.to(tl.int64) * stride_scores_r
+        dst = r.to(tl.int64) * CAP
+        carry = first_step(src, c0, c1, STEP, True)
+        for b in range(c0, c1, STEP):  # each step's scores loaded a step ahead, beside the atomic
+            cols = b + tl.arange(0, STEP)
+            x, key, carry = next_step(src, cols, c1, carry, STEP, True)
+            take = (cols < c1) & (key >= lo)
+            cnt = tl.sum(take.to(tl.int32), 0)
+            if cnt > 0:
+                pos = tl.atomic_add(fr + 1, cnt, sem="relaxed") + tl.cumsum(take.to(tl.int32), 0) - 1
+                tl.store(cand_scores + dst + pos, x, mask=take & (pos < CAP))
+                tl.store(cand_cols + dst + pos, cols, mask=take & (pos < CAP))
 
 
 @triton.jit

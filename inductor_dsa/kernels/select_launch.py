@@ -88,7 +88,7 @@ def _filter(src, row0, rows, t, n, k_start, k_end, out_v, out_i, topk, cfg):
                            SAMPLE=cfg.sample, BITS=SAMPLE_BITS, num_warps=cfg.filter_warps)
     filter_kernel[(rows, cdiv(n, cfg.filter_chunk))](src, k_start, k_end, filt, cand_scores, cand_cols, row0, t, n,
                                                      src.stride(0), CAP=cap, CHUNK=cfg.filter_chunk,
-                                                     num_warps=cfg.filter_warps)
+                                                     STEP=cfg.filter_step, num_warps=cfg.filter_warps)
     cand_select_kernel[(rows,)](k_start, k_end, filt, redo, cand_scores, cand_cols, out_v, out_i, row0, t, n, CAP=cap,
                                 TOPK=topk, TOPK_P2=next_pow2(topk), BLOCK_SELECT=cfg.ch, BITS=cfg.bits,
                                 SORT_HERE=topk < cfg.sort_apart, PREFETCH=cfg.prefetch, num_warps=cfg.num_warps)
@@ -159,7 +159,7 @@ def aot_variants(cfg: configs.SelectConfig, n: int = 1 << 20, tokens: int = 4096
                           warps, ints)
         cap = cand_slots(filter_n, topk, cfg)
         filt = [("sample", sample_kernel, dict(TOPK=topk, SAMPLE=cfg.sample, BITS=SAMPLE_BITS), cfg.filter_warps),
-                ("filter", filter_kernel, dict(CAP=cap, CHUNK=cfg.filter_chunk),
+                ("filter", filter_kernel, dict(CAP=cap, CHUNK=cfg.filter_chunk, STEP=cfg.filter_step),
                  cfg.filter_warps),
                 ("cand_select", cand_select_kernel, dict(sort, CAP=cap, BLOCK_SELECT=cfg.ch, BITS=cfg.bits,
                                                          SORT_HERE=topk < cfg.sort_apart, PREFETCH=cfg.prefetch),
