@@ -160,9 +160,10 @@ def radix_collect_kernel(
     BITS: tl.constexpr,  # radix digit width
     N_CHUNKS_P2: tl.constexpr,  # next power of two of n_chunks
 ):
-    """Grid (rows, n_chunks): chunk c's winners (key bits, column), unsorted, into win_keys /
-    win_indices (the output rows, indexed by token, or a scratch indexed by r: ``by_token`` = 0
-    selects the latter) at positions reserved from the row's counter."""
+    """Grid (rows, n_chunks), or (any, n_chunks) walking ``redo`` as radix_pass_kernel does:
+    chunk c's winners (key bits, column), unsorted, into win_keys / win_indices (the output rows,
+    indexed by token, or a scratch indexed by r: ``by_token`` = 0 selects the latter) at
+    positions reserved from the row's counter."""
     if redo is None:
         _collect_row(scores, k_start, k_end, state, win_keys, win_indices, tl.program_id(0), row0, T, K,
                      stride_scores_r, n_chunks, by_token, PASSES, TOPK, CHUNK, BITS, N_CHUNKS_P2)
