@@ -209,6 +209,8 @@ def test_sampled_filter_route(route, fallback, gen, monkeypatch):
     x = torch.randn(rows, n, generator=gen)
     if route == "tie":  # every row: the threshold falls inside a run of equal scores
         x[:, : 2 * topk] = 100.0
+    if route == "miss":  # the sampled columns hold each row's largest scores: a certain miss (with
+        x[:, torch.arange(cfg.sample) * n // cfg.sample] += 100.0  # plain random rows, ~1e-4 escape it)
     ks, ke = reference.full_ranges(rows, n)
     x, ks, ke = x.to(DEVICE), ks.to(DEVICE), ke.to(DEVICE)
     out_v = torch.empty((rows, topk), dtype=torch.float32, device=DEVICE)
