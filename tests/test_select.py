@@ -1,8 +1,8 @@
 """The selection engine (kernels/select.py) against the float64 oracle, exactly: every path
-(one program per row, sorting in-kernel or apart; the sampled filter, with its fallback forced
-by misses, overflows and partial ties; chunked passes with a per-row bitonic sort or the
-multi-program rank sort), odd lengths, long rows, ties, +-0, -inf, NaN of either sign,
-subnormals, empty and out-of-range ranges, k above the visible count. On the CPU the
+(one program per row, sorting in-kernel, by 32-bit keys or 64-bit words, or apart; the sampled
+filter, with its fallback forced by misses, overflows and partial ties; chunked passes with a
+per-row bitonic sort or the multi-program rank sort), odd lengths, long rows, ties, +-0, -inf,
+NaN of either sign, subnormals, empty and out-of-range ranges, k above the visible count. On the CPU the
 interpreter's config sends rows above 256 columns to the sampled filter when there are at least
 4 rows, else to the chunked path, as it does rows of over 64 columns when fewer than 3
 (configs.SELECT["interpreter"])."""
@@ -173,6 +173,19 @@ def test_sort_apart_exact(rows, n, topk, kind, gen, monkeypatch):
     cfg = dataclasses.replace(configs.SELECT[TARGET], sort_apart=1, few_rows=1, row_max=256)
     monkeypatch.setitem(configs.SELECT, TARGET, cfg)
     assert not select_launch.chunked(rows, n, cfg)
+    _check(_values(kind, rows, n, gen), topk, *_ranges(rows, n, gen))
+
+
+@pytest.mark.parametrize("rows,n,topk", [(5, 200, 64), (3, 150, 100)])
+@pytest.mark.parametrize("kind", ["normal", "ties", "special"])
+@pytest.mark.parametrize("sort32", [True, False])
+def test_in_kernel_sort_exact(rows, n, topk, kind, sort32, gen, monkeypatch):
+    """The winners sorted in the selecting kernel equal the oracle with either ordering: 32-bit
+    keys with each column placed at its key's rank (a row with a repeated key, as most "ties"
+    and "special" rows have, takes 64-bit words), or 64-bit (key, column) words throughout."""
+    cfg = dataclasses.replace(configs.SELECT[TARGET], sort32=sort32, sort_apart=1 << 20, few_rows=1, row_max=256)
+    monkeypatch.setitem(configs.SELECT, TARGET, cfg)
+    assert _path(rows, n, cfg) == "row"
     _check(_values(kind, rows, n, gen), topk, *_ranges(rows, n, gen))
 
 

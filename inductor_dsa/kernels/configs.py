@@ -84,13 +84,15 @@ class SelectConfig:
     chunk_warps: int = 4
     pass_bits: int = 8     # digit width of the chunked passes (one launch each)
     sort_apart: int = 1024  # one program per row: top-k of at least this many sorted by a second launch ...
-    row_sort_warps: int = 8  # ... on this many warps (sort_rows_kernel)
+    row_sort_warps: int = 8  # ... on this many warps per 1024 winners (sort_rows_kernel)
+    sort32: bool = True    # winners sorted in-kernel by 32-bit keys (64-bit (key, column) words if a key repeats)
     sort_warps: int = 4    # per-row bitonic sort of the chunked path's winners
     rank_rows: int = 8     # at most this many rows: winners ranked by topk / rank_slice programs per row
     rank_slice: int = 8    # winners per program: an [8, topk] comparison over 16 warps (AOT gfx942:
     rank_warps: int = 16   # [64, 2048] and [8, 2048] over 4-8 warps spilled SGPRs)
     filter_rows: int = 64  # rows longer than row_max, at least this many: the sampled filter path
     sample: int = 2048     # ... keys sampled per row for its candidate bound
+    sample_bits: int = 4   # ... digit width of its in-register radix select (sample_kernel)
     sample_z: float = 4.0  # ... binomial deviations of margin (fewer: fewer candidates, more fallbacks)
     cand_factor: int = 4   # ... candidate slots per row: cand_factor x next_pow2(topk)
     filter_chunk: int = 8192  # ... columns per program of its filter pass
@@ -119,7 +121,7 @@ class SelectConfig:
 # candidates only) lost by 12-15%.
 SELECT = {
     "sm90": SelectConfig(num_warps=4, ch=256, min_rows=512),
-    "gfx942": SelectConfig(num_warps=4, ch=256, min_rows=512),
+    "gfx942": SelectConfig(num_warps=4, ch=256, min_rows=512, row_sort_warps=4),  # wave64 (AOT: 16 warps spill)
     "other": SelectConfig(num_warps=4, ch=256, min_rows=512),
     "interpreter": SelectConfig(num_warps=4, ch=64, min_rows=8, row_max=256, few_rows=3, chunk=64, chunk_min=32,
                                 chunk_programs=8, rank_rows=2, filter_rows=4, sample=256, filter_chunk=256,

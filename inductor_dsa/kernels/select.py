@@ -10,7 +10,9 @@ radix select, most significant BITS-bit digit first: a histogram of the digit ov
 that share the prefix fixed so far, then the digit whose bin holds the k-th largest. The passes
 stop once the threshold bin is wholly needed (lower digits cannot change the set). Winners are
 the keys above the threshold prefix plus the lowest columns among those equal to it; they are
-then sorted by (key, -column).
+then sorted by (key, -column) (``sort_keys``: a bitonic ``tl.sort`` of 64-bit (key, column)
+words, or, where the winners' sort stays in the selecting kernel, of the 32-bit keys alone with
+each column placed at its key's rank, SORT32).
 
 Three shapes of work, chosen by shapes only (kernels/select_launch.py):
   ``select_kernel`` (here): one program per row (many rows of at most ``row_max`` columns). Its
@@ -103,14 +105,47 @@ def _word(key, col):
 
 
 @triton.jit
-def sort_keys(out_values, out_indices, taken, TOPK: tl.constexpr, TOPK_P2: tl.constexpr):
+def sort_keys(out_values, out_indices, taken, TOPK: tl.constexpr, TOPK_P2: tl.constexpr,
+              SORT32: tl.constexpr = False):
     """Sort the ``taken`` (key bits, column) pairs at out_values/out_indices descending by key, ties
-    by lower column; write scores and columns, -inf / -1 past ``taken`` up to TOPK."""
+    by lower column; write scores and columns, -inf / -1 past ``taken`` up to TOPK.
+
+    SORT32: the keys alone go through the bitonic network (32-bit words, half of what a 64-bit
+    (key, column) word moves), are written back sorted, and each column lands at the count of keys
+    above its own (a binary search of the sorted keys); a row holding a repeated key (whose columns
+    must be ordered too) takes the 64-bit sort instead."""
     out_keys = out_values.to(tl.pointer_type(tl.uint32))
     p = tl.arange(0, TOPK_P2)
     valid = p < taken
     key = tl.load(out_keys + p, mask=valid, other=0)
-    i = tl.load(out_indices + p, mask=valid, other=0)
+    if SORT32:  # the columns stay in memory until placed (fewer live registers)
+        s = tl.sort(key, 0, descending=True)  # the padding's key 0 is the smallest: the first taken are the row's
+        tl.debug_barrier()
+        tl.store(out_keys + p, s, mask=valid)
+        tl.debug_barrier()
+        nxt = tl.load(out_keys + p + 1, mask=p + 1 < taken, other=0)
+        if tl.sum(((s == nxt) & (p + 1 < taken)).to(tl.int32), 0) == 0:
+            above = tl.zeros((TOPK_P2,), tl.int32)  # keys above key: the largest prefix of s that is
+            for b in tl.static_range(16):  # above it, by binary lifting over its length's bits
+                if (TOPK_P2 >> (b + 1)) > 0:
+                    probe = above + (TOPK_P2 >> (b + 1))
+                    up = tl.load(out_keys + probe - 1, mask=valid & (probe <= taken), other=0)
+                    above = tl.where(valid & (probe <= taken) & (up > key), probe, above)
+            v = key_value(tl.load(out_keys + p, mask=valid, other=0))
+            i = tl.load(out_indices + p, mask=valid, other=0)
+            tl.debug_barrier()
+            tl.store(out_values + p, tl.where(valid, v, float("-inf")), mask=p < TOPK)
+            tl.store(out_indices + above, i, mask=valid)
+            tl.store(out_indices + p, -1, mask=(p >= taken) & (p < TOPK))
+        else:
+            _sort_words(out_values, out_indices, key, tl.load(out_indices + p, mask=valid, other=0), valid, p, TOPK)
+    else:
+        _sort_words(out_values, out_indices, key, tl.load(out_indices + p, mask=valid, other=0), valid, p, TOPK)
+
+
+@triton.jit
+def _sort_words(out_values, out_indices, key, i, valid, p, TOPK: tl.constexpr):
+    """sort_keys by 64-bit (key, column) words, which order repeated keys by column too."""
     word = tl.sort(tl.where(valid, _word(key, i), 0), 0, descending=True)
     v = key_value((word >> 32).to(tl.uint32))
     i = ((word & 0xFFFFFFFF).to(tl.uint32) ^ 0xFFFFFFFF).to(tl.int32)
@@ -222,6 +257,7 @@ def select_row(
     PACKED: tl.constexpr = False,  # BITS 4 only: histograms by ``_packed_histogram``
     SORT_HERE: tl.constexpr = True,  # SORTED: sort here, else leave the winners' key bits to sort_rows_kernel
     PREFETCH: tl.constexpr = False,  # load each step's scores one step ahead
+    SORT32: tl.constexpr = False,  # sort_keys' 32-bit sort (the paged decode kernels: off)
 ):
     """Top-TOPK of scores[col_start:col_end] into out_values/out_indices[0:TOPK], sorted descending.
 
@@ -301,7 +337,7 @@ def select_row(
         taken += tl.sum(take.to(tl.int32), 0)
     if SORTED and SORT_HERE:
         tl.debug_barrier()
-        sort_keys(out_values, out_indices, taken, TOPK, TOPK_P2)
+        sort_keys(out_values, out_indices, taken, TOPK, TOPK_P2, SORT32)
     return partial
 
 
@@ -323,6 +359,7 @@ def select_kernel(
     PACKED: tl.constexpr,  # histograms without tl.histogram (select_row)
     SORT_HERE: tl.constexpr,  # else the winners are left unsorted for sort_rows_kernel
     PREFETCH: tl.constexpr,  # select_row loads each step one step ahead
+    SORT32: tl.constexpr,  # sort_keys' 32-bit sort
 ):
     """Top-k of the staged scores[t - row0, k_start[t]:k_end[t]] for one token t per program."""
     t = row0 + tl.program_id(0)
@@ -331,5 +368,5 @@ def select_kernel(
         e = tl.maximum(tl.minimum(tl.load(k_end + t), K), s)
         select_row(scores + tl.program_id(0).to(tl.int64) * stride_scores_r, s, e,
                    out_values + t.to(tl.int64) * TOPK, out_indices + t.to(tl.int64) * TOPK, TOPK, TOPK_P2,
-                   BLOCK_SELECT, BITS=BITS, PACKED=PACKED, SORT_HERE=SORT_HERE, PREFETCH=PREFETCH)
+                   BLOCK_SELECT, BITS=BITS, PACKED=PACKED, SORT_HERE=SORT_HERE, PREFETCH=PREFETCH, SORT32=SORT32)
 

@@ -124,6 +124,7 @@ def cand_select_kernel(
     BITS: tl.constexpr,
     SORT_HERE: tl.constexpr,  # else the winners are left unsorted for sort_rows_kernel
     PREFETCH: tl.constexpr,
+    SORT32: tl.constexpr,  # sort_keys' 32-bit sort
 ):
     """One program per row: top-k of its candidates (``select_row``, columns as indices), exact
     when the candidates hold at least min(visible, TOPK) keys, fit CAP, and the threshold needs
@@ -139,6 +140,7 @@ def cand_select_kernel(
             at = r.to(tl.int64) * CAP
             flag = select_row(cand_scores + at, 0, cnt, out_values + t.to(tl.int64) * TOPK,
                               out_indices + t.to(tl.int64) * TOPK, TOPK, TOPK_P2, BLOCK_SELECT,
-                              score_indices=cand_cols + at, BITS=BITS, SORT_HERE=SORT_HERE, PREFETCH=PREFETCH)
+                              score_indices=cand_cols + at, BITS=BITS, SORT_HERE=SORT_HERE, PREFETCH=PREFETCH,
+                              SORT32=SORT32)
         if flag:
             tl.store(redo + 1 + tl.atomic_add(redo, 1, sem="relaxed"), r)

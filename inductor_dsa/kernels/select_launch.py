@@ -20,7 +20,6 @@ from .select_filter import cand_select_kernel, filter_kernel, sample_kernel
 _TYPES = dict(z="fp32", scores="*fp32", k_start="*i32", k_end="*i32", state="*i32", out_values="*fp32",
               out_indices="*i32", win_keys="*i32", win_indices="*i32", filt="*i32", redo="*i32",
               cand_scores="*fp32", cand_cols="*i32")  # argument types for the AOT signatures (else i32)
-SAMPLE_BITS = 8  # digit width of the sampled filter's in-register select (sample_kernel)
 
 
 def chunked(rows: int, n: int, cfg: configs.SelectConfig) -> bool:
@@ -44,6 +43,12 @@ def scratch_bytes(rows: int, n: int, topk: int, cfg: configs.SelectConfig) -> in
     return rows * cand_slots(n, topk, cfg) * 8 if filtered(rows, n, cfg) else 0
 
 
+def row_sort_warps(topk: int, cfg: configs.SelectConfig) -> int:
+    """Warps of a ``sort_rows_kernel`` launch over rows of topk winners: ``cfg.row_sort_warps`` per
+    1024 (the winners per thread kept as topk grows), at least 4."""
+    return max(4, cfg.row_sort_warps * next_pow2(topk) // 1024)
+
+
 def chunk_size(device, rows: int, n: int, cfg: configs.SelectConfig) -> int:
     """Columns per program of the chunked passes: ``cfg.chunk``, halved (down to chunk_min) while
     the rows x chunks programs would not fill ``chunk_programs`` per multiprocessor."""
@@ -65,10 +70,11 @@ def select(src, row0: int, rows: int, t: int, n: int, k_start, k_end, out_v, out
         apart = topk >= cfg.sort_apart
         select_kernel[(rows,)](src, k_start, k_end, out_v, out_i, row0, t, n, src.stride(0),
                                TOPK=topk, TOPK_P2=topk_p2, BLOCK_SELECT=cfg.ch, BITS=cfg.bits, PACKED=cfg.packed,
-                               SORT_HERE=not apart, PREFETCH=cfg.prefetch, num_warps=cfg.num_warps)
+                               SORT_HERE=not apart, PREFETCH=cfg.prefetch, SORT32=cfg.sort32,
+                               num_warps=cfg.num_warps)
         if apart:
             sort_rows_kernel[(rows,)](k_start, k_end, out_v, out_i, row0, t, n, None, TOPK=topk, TOPK_P2=topk_p2,
-                                      num_warps=cfg.row_sort_warps)
+                                      num_warps=row_sort_warps(topk, cfg))
         return None
     redo = _filter(src, row0, rows, t, n, k_start, k_end, out_v, out_i, topk, cfg) if filtered(rows, n, cfg) else None
     _chunked(src, row0, rows, t, n, k_start, k_end, out_v, out_i, topk, cfg, redo)
@@ -85,13 +91,14 @@ def _filter(src, row0, rows, t, n, k_start, k_end, out_v, out_i, topk, cfg):
     cand_scores = torch.empty((rows, cap), dtype=torch.float32, device=src.device)
     cand_cols = torch.empty((rows, cap), dtype=torch.int32, device=src.device)
     sample_kernel[(rows,)](src, k_start, k_end, filt, row0, t, n, src.stride(0), float(cfg.sample_z), TOPK=topk,
-                           SAMPLE=cfg.sample, BITS=SAMPLE_BITS, num_warps=cfg.filter_warps)
+                           SAMPLE=cfg.sample, BITS=cfg.sample_bits, num_warps=cfg.filter_warps)
     filter_kernel[(rows, cdiv(n, cfg.filter_chunk))](src, k_start, k_end, filt, cand_scores, cand_cols, row0, t, n,
                                                      src.stride(0), CAP=cap, CHUNK=cfg.filter_chunk,
                                                      STEP=cfg.filter_step, num_warps=cfg.filter_warps)
     cand_select_kernel[(rows,)](k_start, k_end, filt, redo, cand_scores, cand_cols, out_v, out_i, row0, t, n, CAP=cap,
                                 TOPK=topk, TOPK_P2=next_pow2(topk), BLOCK_SELECT=cfg.ch, BITS=cfg.bits,
-                                SORT_HERE=topk < cfg.sort_apart, PREFETCH=cfg.prefetch, num_warps=cfg.num_warps)
+                                SORT_HERE=topk < cfg.sort_apart, PREFETCH=cfg.prefetch, SORT32=cfg.sort32,
+                                num_warps=cfg.num_warps)
     return redo
 
 
@@ -126,7 +133,8 @@ def _chunked(src, row0, rows, t, n, k_start, k_end, out_v, out_i, topk, cfg, red
         listed = redo is not None and topk < cfg.sort_apart  # the filter sorted the other rows
         grid = min(rows, configs.wave_programs(src.device, 1)) if listed else rows
         sort_rows_kernel[(grid,)](k_start, k_end, out_v, out_i, row0, t, n, redo if listed else None, TOPK=topk,
-                                  TOPK_P2=topk_p2, num_warps=cfg.sort_warps if redo is None else cfg.row_sort_warps)
+                                  TOPK_P2=topk_p2,
+                                  num_warps=cfg.sort_warps if redo is None else row_sort_warps(topk, cfg))
 
 
 def aot_variants(cfg: configs.SelectConfig, n: int = 1 << 20, tokens: int = 4096, filter_n: int = 65536):
@@ -158,19 +166,21 @@ def aot_variants(cfg: configs.SelectConfig, n: int = 1 << 20, tokens: int = 4096
             yield variant(name, topk, kernel, dict(consts, redo=None) if "redo" in kernel.arg_names else consts,
                           warps, ints)
         cap = cand_slots(filter_n, topk, cfg)
-        filt = [("sample", sample_kernel, dict(TOPK=topk, SAMPLE=cfg.sample, BITS=SAMPLE_BITS), cfg.filter_warps),
+        filt = [("sample", sample_kernel, dict(TOPK=topk, SAMPLE=cfg.sample, BITS=cfg.sample_bits),
+                 cfg.filter_warps),
                 ("filter", filter_kernel, dict(CAP=cap, CHUNK=cfg.filter_chunk, STEP=cfg.filter_step),
                  cfg.filter_warps),
                 ("cand_select", cand_select_kernel, dict(sort, CAP=cap, BLOCK_SELECT=cfg.ch, BITS=cfg.bits,
-                                                         SORT_HERE=topk < cfg.sort_apart, PREFETCH=cfg.prefetch),
+                                                         SORT_HERE=topk < cfg.sort_apart, PREFETCH=cfg.prefetch,
+                                                         SORT32=cfg.sort32),
                  cfg.num_warps),
                 ("fallback_pass", radix_pass_kernel, dict(common, PASS=0), cfg.fallback_warps),
                 ("fallback_collect", radix_collect_kernel,
                  dict(common, N_CHUNKS_P2=next_pow2(many["n_chunks"])), cfg.fallback_warps),
-                ("fallback_sort", sort_rows_kernel, sort, cfg.row_sort_warps)]
+                ("fallback_sort", sort_rows_kernel, sort, row_sort_warps(topk, cfg))]
         for name, kernel, consts, warps in filt:
             yield variant(name, topk, kernel, consts, warps, many)
     for topk in (512, 1024, 2048):
         if topk >= cfg.sort_apart:
             yield variant("row_sort", topk, sort_rows_kernel, dict(TOPK=topk, TOPK_P2=next_pow2(topk), redo=None),
-                          cfg.row_sort_warps, dict(row0=0, T=tokens, K=tokens))
+                          row_sort_warps(topk, cfg), dict(row0=0, T=tokens, K=tokens))
