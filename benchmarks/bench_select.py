@@ -118,12 +118,12 @@ def bench_fused(name, t, n, mask, topk):
 
 SWEEP = [  # SelectConfig fields tried with --sweep (per-row fields only on the one-program-per-row cases,
     # filter fields only on the others)
-    dict(), dict(filter_rows=1 << 30), dict(filter_rows=1), dict(filter_rows=16), dict(filter_step=512),
-    dict(filter_chunk=4096), dict(filter_chunk=16384), dict(filter_warps=8), dict(sample=1024), dict(sample_z=3.0),
-    dict(row_sort_warps=4), dict(row_sort_warps=16), dict(sort_warps=8),
+    dict(), dict(sort32=False), dict(sample_bits=8), dict(sample=1024), dict(row_sort_warps=4),
+    dict(row_max=4096, sample=512), dict(filter_rows=1 << 30),
 ]
-PER_ROW = {"num_warps", "ch", "bits", "packed", "prefetch", "sort_apart"}  # fields of select_kernel alone
-FILTER = {"filter_rows", "sample", "sample_z", "cand_factor", "filter_chunk", "filter_step", "filter_warps"}
+PER_ROW = {"num_warps", "ch", "bits", "packed", "prefetch", "sort_apart", "sort32"}  # fields of select_kernel alone
+FILTER = {"filter_rows", "sample", "sample_bits", "sample_z", "cand_factor", "filter_chunk", "filter_step",
+          "filter_warps"}
 
 
 def kernel_times(fn, calls=5) -> dict:
