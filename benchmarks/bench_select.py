@@ -121,7 +121,7 @@ SWEEP = [  # SelectConfig fields tried with --sweep (per-row fields only on the 
     dict(), dict(sort32=False), dict(sample_bits=8), dict(sample=1024), dict(row_sort_warps=4),
     dict(row_max=4096, sample=512), dict(filter_rows=1 << 30),
 ]
-PER_ROW = {"num_warps", "ch", "bits", "packed", "prefetch", "sort_apart", "sort32"}  # fields of select_kernel alone
+PER_ROW = {"num_warps", "ch", "bits", "packed", "prefetch", "sort_apart"}  # fields of select_kernel alone
 FILTER = {"filter_rows", "sample", "sample_bits", "sample_z", "cand_factor", "filter_chunk", "filter_step",
           "filter_warps"}
 

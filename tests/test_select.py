@@ -2,9 +2,9 @@
 (one program per row, sorting in-kernel, by 32-bit keys or 64-bit words, or apart; the sampled
 filter, with its fallback forced by misses, overflows and partial ties; chunked passes with a
 per-row bitonic sort or the multi-program rank sort), odd lengths, long rows, ties, +-0, -inf,
-NaN of either sign, subnormals, empty and out-of-range ranges, k above the visible count. On the CPU the
-interpreter's config sends rows above 256 columns to the sampled filter when there are at least
-4 rows, else to the chunked path, as it does rows of over 64 columns when fewer than 3
+NaN of either sign, subnormals, empty and out-of-range ranges, k above the visible count. On the
+CPU the interpreter's config sends rows above 256 columns to the sampled filter when there are
+at least 4 rows, else to the chunked path, as it does rows of over 64 columns when fewer than 3
 (configs.SELECT["interpreter"])."""
 import dataclasses
 

@@ -118,13 +118,15 @@ def sort_keys(out_values, out_indices, taken, TOPK: tl.constexpr, TOPK_P2: tl.co
     p = tl.arange(0, TOPK_P2)
     valid = p < taken
     key = tl.load(out_keys + p, mask=valid, other=0)
-    if SORT32:  # the columns stay in memory until placed (fewer live registers)
+    repeated = tl.full((), 1, tl.int1)  # the 64-bit sort below: without SORT32, or for a repeated key
+    if SORT32:  # columns and sorted keys are reloaded from memory, not kept live (sm90 AOT spilled)
         s = tl.sort(key, 0, descending=True)  # the padding's key 0 is the smallest: the first taken are the row's
         tl.debug_barrier()
         tl.store(out_keys + p, s, mask=valid)
         tl.debug_barrier()
         nxt = tl.load(out_keys + p + 1, mask=p + 1 < taken, other=0)
-        if tl.sum(((s == nxt) & (p + 1 < taken)).to(tl.int32), 0) == 0:
+        repeated = tl.sum(((s == nxt) & (p + 1 < taken)).to(tl.int32), 0) > 0
+        if repeated == 0:
             above = tl.zeros((TOPK_P2,), tl.int32)  # keys above key: the largest prefix of s that is
             for b in tl.static_range(16):  # above it, by binary lifting over its length's bits
                 if (TOPK_P2 >> (b + 1)) > 0:
@@ -137,9 +139,7 @@ def sort_keys(out_values, out_indices, taken, TOPK: tl.constexpr, TOPK_P2: tl.co
             tl.store(out_values + p, tl.where(valid, v, float("-inf")), mask=p < TOPK)
             tl.store(out_indices + above, i, mask=valid)
             tl.store(out_indices + p, -1, mask=(p >= taken) & (p < TOPK))
-        else:
-            _sort_words(out_values, out_indices, key, tl.load(out_indices + p, mask=valid, other=0), valid, p, TOPK)
-    else:
+    if repeated:
         _sort_words(out_values, out_indices, key, tl.load(out_indices + p, mask=valid, other=0), valid, p, TOPK)
 
 
