@@ -9,7 +9,8 @@ run) and on (the eager default: one counting kernel and a sync), the ``torch.ops
 + metadata checks + launcher) and the launcher alone (``paged_launch.paged_topk``).
 
 "stubbed": the paged kernels are replaced by no-ops in the launcher module (Python, checks,
-planning, allocations and torch ops remain; Triton's launch path does not). Without a GPU it
+planning, allocations and torch ops remain; Triton's launch path does not; after the first call
+the no-ops stand in for compiled kernels, so the planned path is the one timed). Without a GPU it
 runs on the CPU with the H200's launch plan (sm90 config, 132 SMs), a proxy for the H200's
 host: this CPU is slower per Python operation, and Triton's launch cost is absent.
 "live" (GPU only): the real launches, with the planned compiled-kernel path (``kernels/
@@ -46,8 +47,11 @@ KERNELS = ("paged_scores_kernel", "paged_select_kernel", "paged_filter_kernel", 
 
 
 class _NoLaunch:
-    """A kernel whose launches only count themselves (keeps the attributes the launch plans read)."""
+    """A kernel whose launches only count themselves (keeps the attributes the launch plans read);
+    ``kernel[grid](...)`` returns a compiled-kernel stand-in whose ``run`` counts too, so later calls
+    take ``fastlaunch.run``'s compiled path as on a GPU."""
     count = 0
+    function, packed_metadata = 0, None
 
     def __init__(self, fn):
         self.arg_names, self.__name__ = fn.arg_names, fn.__name__
@@ -55,8 +59,12 @@ class _NoLaunch:
     def __getitem__(self, grid):
         return self._launch
 
+    def _launch(self, *args, **kwargs):
+        type(self).count += 1
+        return self
+
     @classmethod
-    def _launch(cls, *args, **kwargs):
+    def run(cls, *args):
         cls.count += 1
 
 
@@ -65,18 +73,22 @@ def stubbed():
     """The paged kernels as no-ops; without a GPU, planned as on the H200 (sm90, 132 SMs)."""
     saved = {n: getattr(paged_launch, n) for n in KERNELS}
     target, programs = configs.target_for, configs.wave_programs
+    allowed, stream = fastlaunch._fast_allowed, fastlaunch.current_stream
     try:
         for n, fn in saved.items():
             setattr(paged_launch, n, _NoLaunch(fn))
+        fastlaunch._fast_allowed = lambda: True
         if DEVICE == "cpu":
             configs.target_for = lambda device: "sm90"
             configs.wave_programs = lambda device, per_sm: 132 * per_sm
+            fastlaunch.current_stream = lambda: 0
         paged_launch._PLANS.clear()
         yield
     finally:
         for n, fn in saved.items():
             setattr(paged_launch, n, fn)
         configs.target_for, configs.wave_programs = target, programs
+        fastlaunch._fast_allowed, fastlaunch.current_stream = allowed, stream
         paged_launch._PLANS.clear()
 
 

@@ -172,9 +172,7 @@ def pick(family: str, target: str, device: torch.device, default, key: tuple, ru
     this bucket's winner, from memory, disk, or tuned now by timing ``run(config)`` (which returns
     the launch's output tensors) for each candidate."""
     if not enabled():
-        if (family, target) not in _used:
-            _record(Choice(family, target, (), default, default, "shipped (autotune off)"), (family, target))
-        return default
+        return shipped(family, target, default)
     full = (family, target, key)
     cfg = _winners.get(full)
     if cfg is not None:
@@ -191,6 +189,14 @@ def pick(family: str, target: str, device: torch.device, default, key: tuple, ru
         _winners[full] = choice.config
     _record(choice, full)
     return choice.config
+
+
+def shipped(family: str, target: str, default):
+    """``default``, recorded as ``family``'s choice on ``target`` with tuning off (``pick`` when
+    ``enabled()`` is false; launchers that checked ``enabled()`` themselves call it directly)."""
+    if (family, target) not in _used:
+        _record(Choice(family, target, (), default, default, "shipped (autotune off)"), (family, target))
+    return default
 
 
 def _record(choice: Choice, slot) -> None:

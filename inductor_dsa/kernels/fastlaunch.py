@@ -68,16 +68,40 @@ class Launch:
         self.args = [args[a] for a in names]
         self.slots = tuple((i, v.name) for i, v in enumerate(self.args) if isinstance(v, Arg))
 
-    def __call__(self, env: dict) -> None:
+    def _filled(self, env: dict) -> list:
         a = self.args.copy()
         for i, name in self.slots:
             a[i] = env[name]
-        k = self.compiled
-        if k is not None and not _hooked():
-            drv = driver.active
-            stream = drv.get_current_stream(drv.get_current_device())
-            k.run(*self.grid, stream, k.function, k.packed_metadata, None, None, None, *a)
-            return
-        k = self.fn[self.grid](*a, **self.options)
+        return a
+
+    def __call__(self, env: dict) -> None:
+        run((self,), env)
+
+
+def current_stream() -> int:
+    """The current device's current stream, as Triton's launcher takes it."""
+    drv = driver.active
+    return drv.get_current_stream(drv.get_current_device())
+
+
+def run(launches, env: dict, regions=()) -> None:
+    """Each launch in order with the tensors of ``env`` (name -> tensor). ``regions``: (name, base,
+    word offset, words, dtype) entries, env[name] = words [offset, offset + words) of env[base]
+    viewed as dtype (4-byte words). Once every launch holds its compiled kernel (and no launch
+    hook is installed), pointers go to the launcher as ints: no views are built, and the
+    launcher skips its per-argument ``data_ptr()`` call and driver pointer query."""
+    if all(launch.compiled is not None for launch in launches) and not _hooked():
+        ptr = {name: t.data_ptr() for name, t in env.items()}
+        for name, base, at, _, _ in regions:
+            ptr[name] = ptr[base] + 4 * at
+        stream = current_stream()
+        for launch in launches:
+            k = launch.compiled
+            k.run(*launch.grid, stream, k.function, k.packed_metadata, None, None, None, *launch._filled(ptr))
+        return
+    for name, base, at, size, dtype in regions:
+        env[name] = env[base].view(dtype).narrow(0, at, size)
+    for launch in launches:
+        k = launch.fn[launch.grid](*launch._filled(env), **launch.options)
         if k is not None and _fast_allowed() and hasattr(k, "packed_metadata"):
-            self.compiled = k
+            launch.compiled = k

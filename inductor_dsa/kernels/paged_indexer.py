@@ -183,6 +183,8 @@ def paged_scores_kernel(
     block_table,  # [B, max_pages] int32 page ids, contiguous
     context_lens,  # [B] int32 visible rows per request
     out,  # TO_WS: fp32 workspace [programs, BLOCK_T, C]; else fp32 logits [B*N, max_pages * 64]
+    histogram,  # TO_WS: int32 [hist_rows, HIST_BINS], zeroed here for paged_select_kernel; else unused
+    hist_rows,  # rows of histogram to zero: B*N in the first wave of a split top-k, else 0
     N,  # query tokens per request
     G,  # token groups per request, cdiv(N, BLOCK_T)
     S,  # sequence chunks per request
@@ -211,8 +213,14 @@ def paged_scores_kernel(
     """Scores of work item item0 + pid = (b, g, s): rows [s*C, (s+1)*C) of request b for its BLOCK_T
     query tokens g*BLOCK_T ... With TO_WS they go to workspace slot pid, out[pid, t, j - s*C] (rows at
     or past the context are left unwritten); else to the logits out[b*N + n, j] ([B*N, max_len]),
-    -inf at rows >= context_lens[b]."""
+    -inf at rows >= context_lens[b]. With TO_WS the programs also zero the hist_rows histogram rows
+    (one launch fewer than a memset; the select kernel that adds to them runs after this one)."""
     pid = tl.program_id(0)
+    if TO_WS:
+        hist = histogram + pid.to(tl.int64) * HIST_BINS + tl.arange(0, HIST_BINS)
+        for _ in range(pid, hist_rows, tl.num_programs(0)):
+            tl.store(hist, tl.zeros((HIST_BINS,), tl.int32))
+            hist += tl.num_programs(0).to(tl.int64) * HIST_BINS
     it = item0 + pid
     if it < n_items:
         s = it % S

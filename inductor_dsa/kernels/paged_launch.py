@@ -2,7 +2,7 @@
 
 Nothing here reads tensor data: every launch decision comes from shapes, dtypes and the device,
 so the launchers are valid under CUDA-graph capture (workspaces come from the caching allocator;
-the histogram is zeroed by a captured memset).
+the first wave's score programs zero the select's histograms).
 """
 from __future__ import annotations
 
@@ -13,6 +13,7 @@ import triton.language as tl
 
 from . import autotune, configs
 from .autotune import bucket
+from . import fastlaunch
 from .fastlaunch import Arg, Launch
 from .host import cdiv, next_pow2
 from ..formats import PAGE_ROWS
@@ -145,10 +146,13 @@ def _config(op: str, q, q_scale, block_table, fmt, fp8_flavor, run, *extra):
     """(target, config): the shipped config, or when tuning this bucket's winner (buckets of batch
     and table length)."""
     target = configs.target_for(q.device)
+    default = configs.for_target(configs.PAGED, target)
+    if not autotune.enabled():  # the shipped config: no bucket key to build
+        return target, autotune.shipped("paged", target, default)
     b, n, h, d = q.shape
     key = (op, bucket(b), bucket(block_table.shape[1] * PAGE_ROWS), n, h, d, q_scale is not None, str(q.dtype), fmt,
            fp8_flavor, *extra)
-    return target, autotune.pick("paged", target, q.device, configs.for_target(configs.PAGED, target), key, run)
+    return target, autotune.pick("paged", target, q.device, default, key, run)
 
 
 def paged_logits(q, q_scale, kv_cache, weights, block_table, context_lens, fmt, fp8_flavor, table=None):
@@ -174,7 +178,8 @@ def _paged_logits(q, q_scale, kv_cache, weights, block_table, context_lens, fmt,
         lc = cdiv(cfg.logits_rows, cfg.bn) * cfg.bn
         s = cdiv(max_len, lc)
         return cfg, Launch(paged_scores_kernel, (b * g * s,), configs.launch_options(cfg, target),
-                           out=Arg("out"), S=s, C=lc, item0=0, n_items=b * g * s, TO_WS=False, **args)
+                           out=Arg("out"), histogram=Arg("out"), hist_rows=0, S=s, C=lc, item0=0,
+                           n_items=b * g * s, TO_WS=False, **args)
 
     _, launch = _plan(("logits", key, fmt, fp8_flavor, id(cfg)), build)
     env["out"] = out
@@ -191,6 +196,7 @@ class TopkPlan:
     words: int                # one fp32/int32 workspace buffer of this many 4-byte words ...
     offsets: dict             # ... holding these regions (name -> (word offset, words))
     launches: tuple
+    regions: tuple            # fastlaunch.run regions: (name, "scores", word offset, words, dtype)
 
 
 def _align(words: int) -> int:
@@ -222,7 +228,9 @@ def _topk_plan(q, q_scale, kv_cache, block_table, topk, fmt, fp8_flavor, program
     launches = []
     for item0 in range(0, items, nprog):
         wave = min(nprog, items - item0)
-        launches.append(Launch(paged_scores_kernel, (wave,), opts, out=Arg("scores"), S=plan.splits, C=plan.chunk,
+        launches.append(Launch(paged_scores_kernel, (wave,), opts, out=Arg("scores"),
+                               histogram=Arg("histogram" if split else "out_indices"),
+                               hist_rows=rows if split and item0 == 0 else 0, S=plan.splits, C=plan.chunk,
                                item0=item0, n_items=items, TO_WS=True, **args))
         launches.append(Launch(
             paged_select_kernel, (wave * nt,), dict(num_warps=cfg.merge_warps), scores=Arg("scores"),
@@ -245,7 +253,9 @@ def _topk_plan(q, q_scale, kv_cache, block_table, topk, fmt, fp8_flavor, program
             S=plan.splits, LIST_SIZE=plan.kp, TOPK=topk, TOPK_P2=next_pow2(topk), BLOCK_SELECT=cfg.ch, S_P2=s_p2,
             BLOCK_COPY=max(1, FINAL_TILE // s_p2), BITS=cfg.bits))
         offsets["cand_indices"] = (_align(listed), listed)  # inside scores
-    return TopkPlan(cfg, plan, nprog, words, offsets, tuple(launches))
+    regions = tuple((name, "scores", at, size, torch.float32 if name == "part_values" else torch.int32)
+                    for name, (at, size) in offsets.items() if name != "scores")
+    return TopkPlan(cfg, plan, nprog, words, offsets, tuple(launches), regions)
 
 
 def paged_topk(q, q_scale, kv_cache, weights, block_table, context_lens, topk, fmt, fp8_flavor, table=None,
@@ -254,7 +264,7 @@ def paged_topk(q, q_scale, kv_cache, weights, block_table, context_lens, topk, f
     ``stats`` (tests, benchmarks) receives the split plan and the per-list candidate counts.
 
     Per call: a plan lookup (cached by shapes, dtypes, alignments, device, config), three
-    allocations (outputs, one workspace buffer), a histogram memset when split, 2-4 launches."""
+    allocations (outputs, one workspace buffer), 2-4 launches (``fastlaunch.run``)."""
     def run(cfg, stats=None):
         return _paged_topk(q, q_scale, kv_cache, weights, block_table, context_lens, topk, fmt, fp8_flavor,
                            table, programs, stats, cfg)
@@ -279,18 +289,12 @@ def _paged_topk(q, q_scale, kv_cache, weights, block_table, context_lens, topk, 
                                     key[11] % 4 == 0 and kv_cache.stride(0) % 4 == 0, table is not None))
     buf = torch.empty(plan.words, dtype=torch.float32, device=dev)
     env.update(out_values=out_values, out_indices=out_indices, scores=buf)
-    if plan.split.splits > 1:
-        ints = buf.view(torch.int32)
-        for name in ("part_values", "part_indices", "histogram", "list_counts", "cand_indices"):
-            at, size = plan.offsets[name]
-            env[name] = (buf if name == "part_values" else ints).narrow(0, at, size)
-        env["histogram"].zero_()
-    for launch in plan.launches:
-        launch(env)
+    fastlaunch.run(plan.launches, env, plan.regions)
     if stats is not None:
         stats.update(plan=plan.split, programs=plan.programs)
         if plan.split.splits > 1:
-            stats.update(candidates=env["list_counts"].view(b * n, plan.split.splits))
+            at, size = plan.offsets["list_counts"]
+            stats.update(candidates=buf.view(torch.int32).narrow(0, at, size).view(b * n, plan.split.splits))
     return out_values, out_indices
 
 
