@@ -111,9 +111,13 @@ def _paged_block(qT, qT_mid, qT_lo, wv, kv_cache, table, page, j0, jend, num_pag
             kt = x.to(FP8_DTYPE, bitcast=True).to(DOT_DTYPE)
         else:
             kt = e4m3_bytes_to_f32(x.to(tl.int32), FNUZ).to(DOT_DTYPE)
-        sb = tl.arange(0, 4)
-        sbytes = tl.load(kv_cache + (base + PAGE * D + r * 4)[:, None] + sb[None, :], mask=ok[:, None], other=0)
-        bits = tl.sum(sbytes.to(tl.int32) << (8 * sb)[None, :], axis=1)  # little-endian fp32, any alignment
+        if ALIGNED:  # the row's fp32 scale as one word (not 4 bytes and a sum); consumed after the dot
+            words = kv_cache.to(tl.pointer_type(tl.uint32), bitcast=True)
+            bits = tl.load(words + (base + PAGE * D + r * 4) // 4, mask=ok, other=0)
+        else:
+            sb = tl.arange(0, 4)
+            sbytes = tl.load(kv_cache + (base + PAGE * D + r * 4)[:, None] + sb[None, :], mask=ok[:, None], other=0)
+            bits = tl.sum(sbytes.to(tl.int32) << (8 * sb)[None, :], axis=1)  # little-endian fp32, any alignment
         blk = score_rows(qT, wv, kt, bits.to(tl.float32, bitcast=True), BLOCK_T, BLOCK_H, BLOCK_N, DOT_DTYPE,
                          qT_mid, qT_lo, None, None, Q_PARTS)
     return blk
@@ -208,7 +212,7 @@ def paged_scores_kernel(
     BLOCK_T: tl.constexpr,  # query tokens per program
     BLOCK_N: tl.constexpr,  # key rows per step, divides the 64-row page
     TO_WS: tl.constexpr,  # write the workspace (top-k) instead of the logits
-    ALIGNED: tl.constexpr,  # cache address and page stride 4-byte aligned (word loads of MXFP4 codes)
+    ALIGNED: tl.constexpr,  # cache address and page stride 4-byte aligned (word loads of codes and scales)
 ):
     """Scores of work item item0 + pid = (b, g, s): rows [s*C, (s+1)*C) of request b for its BLOCK_T
     query tokens g*BLOCK_T ... With TO_WS they go to workspace slot pid, out[pid, t, j - s*C] (rows at

@@ -105,7 +105,7 @@ def _score_args(q_shape, q_dtype, mx: bool, kv_cache, block_table_shape, fmt, fp
                 Q_FMT=(FMT_MXFP4 if mx else FMT_TENSOR).value, K_FMT=k_fmt, K_TABLE=table, FNUZ=fnuz, FP8_DTYPE=fp8_dtype,
                 DOT_DTYPE=_dot_dtype(target), DEC_DTYPE=configs.decode_dtype(target), Q_PARTS=Q_PARTS[q_dtype],
                 D=d, BLOCK_H=hp, BLOCK_T=nt,
-                BLOCK_N=cfg.bn, ALIGNED=fmt != "mxfp4" or aligned4)
+                BLOCK_N=cfg.bn, ALIGNED=aligned4)
     return args, b, n, g
 
 
