@@ -184,7 +184,11 @@ def _paged_calls(case, **kw):
 
 @pytest.mark.parametrize("mutate,exc,arg,what", PAGED_BAD)
 def test_paged_bad_operands(mutate, exc, arg, what):
-    for call in _paged_calls(mutate(_paged())):
+    """Each bad operand is named, also right after the valid signature passed (``checks.paged`` is
+    memoised per signature: a cache of another stride, dtype, shape or device is not a hit)."""
+    case = _paged()
+    checks.paged(case[0], None, *case[1:], "mxfp4", "fn")
+    for call in _paged_calls(mutate(case)):
         raises(exc, arg, what, call)
 
 
