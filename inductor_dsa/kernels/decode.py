@@ -84,8 +84,8 @@ def mxfp4_rows_mma(codes_ptr, scale_ptr, code_off, scale_off, row_mask, R: tl.co
     the interpreter), then truncated to DOT (exact values: truncation is exact, and one instruction).
 
     A row's D/2 code bytes are read as D/8 little-endian uint32 words (ALIGNED: one load each, the
-    row starts of codes and scales must be 4-byte aligned; else assembled from bytes). Word W holds element 8W + j in
-    nibble j; elements i and i + 4 become one bf16 pair, the low and high half of a 32-bit word,
+    row starts of codes and scales must be 4-byte aligned; else assembled from bytes). Word W
+    holds element 8W + j in nibble j; elements i and i + 4 become one bf16 pair, the low and high half of a 32-bit word,
     with two shifts and two masks (``e2m1_pairs``): exactly E2M1 * 2**-126. The block scale 2**(s - 127) * 2**126 = 2**(s - 1) then multiplies as
     2**(min(s, 128) - 1) * 2**(max(s, 128) - 128), both factors representable (255 -> NaN), so
     every product is exact. On sm90 the column order gives each thread the 16 bytes of its wgmma

@@ -84,6 +84,11 @@ def current_stream() -> int:
     return drv.get_current_stream(drv.get_current_device())
 
 
+def region(env: dict, name: str, base: str, at: int, size: int, dtype) -> torch.Tensor:
+    """Words [at, at + size) of env[base] viewed as dtype: a ``run`` region as a tensor."""
+    return env[base].view(dtype).narrow(0, at, size)
+
+
 def run(launches, env: dict, regions=()) -> None:
     """Each launch in order with the tensors of ``env`` (name -> tensor). ``regions``: (name, base,
     word offset, words, dtype) entries, env[name] = words [offset, offset + words) of env[base]
@@ -99,8 +104,8 @@ def run(launches, env: dict, regions=()) -> None:
             k = launch.compiled
             k.run(*launch.grid, stream, k.function, k.packed_metadata, None, None, None, *launch._filled(ptr))
         return
-    for name, base, at, size, dtype in regions:
-        env[name] = env[base].view(dtype).narrow(0, at, size)
+    for r in regions:
+        env[r[0]] = region(env, *r)
     for launch in launches:
         k = launch.fn[launch.grid](*launch._filled(env), **launch.options)
         if k is not None and _fast_allowed() and hasattr(k, "packed_metadata"):

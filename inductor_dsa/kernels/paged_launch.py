@@ -11,9 +11,8 @@ from dataclasses import dataclass
 import torch
 import triton.language as tl
 
-from . import autotune, configs
+from . import autotune, configs, fastlaunch
 from .autotune import bucket
-from . import fastlaunch
 from .fastlaunch import Arg, Launch
 from .host import cdiv, next_pow2
 from ..formats import PAGE_ROWS
@@ -193,10 +192,10 @@ class TopkPlan:
     cfg: configs.PagedConfig  # held: its id() is part of the key
     split: SplitPlan
     programs: int             # programs per wave = workspace slots
-    words: int                # one fp32/int32 workspace buffer of this many 4-byte words ...
-    offsets: dict             # ... holding these regions (name -> (word offset, words))
+    words: int                # one fp32/int32 workspace buffer ("scores") of this many 4-byte words ...
+    regions: tuple            # ... holding these ``fastlaunch.run`` regions: (name, "scores", word offset,
+                              # words, dtype)
     launches: tuple
-    regions: tuple            # fastlaunch.run regions: (name, "scores", word offset, words, dtype)
 
 
 def _align(words: int) -> int:
@@ -255,7 +254,7 @@ def _topk_plan(q, q_scale, kv_cache, block_table, topk, fmt, fp8_flavor, program
         offsets["cand_indices"] = (_align(listed), listed)  # inside scores
     regions = tuple((name, "scores", at, size, torch.float32 if name == "part_values" else torch.int32)
                     for name, (at, size) in offsets.items() if name != "scores")
-    return TopkPlan(cfg, plan, nprog, words, offsets, tuple(launches), regions)
+    return TopkPlan(cfg, plan, nprog, words, regions, tuple(launches))
 
 
 def paged_topk(q, q_scale, kv_cache, weights, block_table, context_lens, topk, fmt, fp8_flavor, table=None,
@@ -293,8 +292,8 @@ def _paged_topk(q, q_scale, kv_cache, weights, block_table, context_lens, topk, 
     if stats is not None:
         stats.update(plan=plan.split, programs=plan.programs)
         if plan.split.splits > 1:
-            at, size = plan.offsets["list_counts"]
-            stats.update(candidates=buf.view(torch.int32).narrow(0, at, size).view(b * n, plan.split.splits))
+            counts = next(r for r in plan.regions if r[0] == "list_counts")
+            stats.update(candidates=fastlaunch.region(env, *counts).view(b * n, plan.split.splits))
     return out_values, out_indices
 
 
