@@ -42,7 +42,7 @@ CASES = [  # name, B, L, topk: unsplit (2 launches), split (4), a batch
     ("B=1 L=262144 top-1024", 1, 262144, 1024),
     ("B=64 L=32768 top-512", 64, 32768, 512),
 ]
-KERNELS = ("paged_scores_kernel", "paged_select_kernel", "paged_filter_kernel", "paged_final_kernel",
+KERNELS = ("zero_kernel", "paged_scores_kernel", "paged_select_kernel", "paged_final_kernel",
            "paged_check_kernel")
 
 

@@ -57,6 +57,35 @@ def test_topk_matches_oracle(fmt, flavor, split, gen):
     assert (idx[1, :, 1:] == -1).all() and (idx[1, :, 0] == 0).all()  # context_len 1
 
 
+@pytest.mark.parametrize("split", ["split64"], indirect=True)
+@pytest.mark.parametrize("programs", [None, 2])
+def test_topk_crowded_threshold_bin_falls_back_exactly(split, programs, gen):
+    """Crowded histogram bins. Request 0: zero keys (score +0.0) but row 60 of each 64-row chunk
+    (at most 3 positive scores: its k-th largest is a 0); request 2: zero weights (every score
+    +0.0). Their threshold bin is 0's, so more of a chunk's rows pass it than its list holds, and
+    each chunk keeps its exact top k instead (the first k in row order would miss a positive row
+    60). Requests 1 and 3 stay random (lists pruned by the threshold). With 2 programs per wave the
+    later waves' lists were cut by a histogram still missing chunks (a lower threshold: more
+    candidates, same result)."""
+    topk = 5
+    q, cache, w, bt, ctx = case = make_case(gen, ctx=[190, 150, 130, 120])
+    code_bytes = formats.row_bytes("mxfp4", q.shape[-1])[0]
+    for p in range(3):
+        codes = cache[bt[0, p], : PAGE * code_bytes].view(PAGE, code_bytes)
+        codes[:60] = 0
+        codes[61:] = 0
+    w[2] = 0.0
+    stats = {}
+    q, cache, w, bt, ctx = to_device(case)
+    vals, idx = paged_launch.paged_topk(q, None, cache, w, bt, ctx, topk, "mxfp4", "fn", programs=programs,
+                                        stats=stats)
+    assert_paged_topk(vals, idx, paged_oracle(case, "mxfp4", "fn"), topk)
+    assert (idx[2].cpu() == torch.arange(topk, dtype=torch.int32)).all() and (vals[2] == 0).all()
+    cand = stats["candidates"].cpu().view(4, 2, -1)
+    assert (cand[0] == topk).all() and (cand[2, :, :2] == topk).all(), cand  # their full chunks fell back
+    assert (cand[1::2].sum(-1) < topk * 3).all(), cand  # random requests: pruned below S x k
+
+
 @pytest.mark.parametrize("split", ["nosplit", "split64"], indirect=True)
 def test_topk_larger_than_context(split, gen):
     # topk 200 > contexts 0, 37, 70 and > max_len 192 (value checks off: context_lens 250 is clamped to 192)

@@ -18,26 +18,26 @@ context reads as a zero row, score 0), so no data value can cause an out-of-boun
 
 Top-k. Work items are (request, token group, sequence chunk of C rows); a request's rows are
 split into S chunks so that B x S items fill the GPU even at B = 1. The launcher runs the items in
-waves of at most P (P = multiprocessors x progs_per_sm); per wave
+waves of at most P (P = multiprocessors x progs_per_sm). With S > 1 it first zeroes an 11-bit
+key histogram per token row (``zero_kernel``); then per wave
 
   ``paged_scores_kernel`` (one program per item) writes the chunk's BLOCK_T x C scores into
     workspace slot p of the wave (P x BLOCK_T x C fp32 in all, L2-sized; the [B, N, L] logits
-    never exist);
-  ``paged_select_kernel`` (one program per item and token) runs the prefill ``select_row`` radix
-    select over the chunk. With S = 1 it writes the final sorted, padded top-k. With S > 1 it
-    keeps the chunk's top min(topk, C) unsorted, in row order, in a partial list, and adds an
-    11-bit histogram of the list's keys to the row's global histogram (int atomics: deterministic).
+    never exist) and, with S > 1, counts each score in its row's histogram (int atomics:
+    deterministic);
+  ``paged_select_kernel`` (one program per item and token): with S = 1 the prefill ``select_row``
+    radix select writes the final sorted, padded top-k. With S > 1 the row's threshold bin T (the
+    bin of its k-th largest key, from the histogram) bounds the winners: one pass copies the
+    chunk's scores in bins >= T, in row order, into its partial list (typically k/S plus a bin's
+    worth), falling back to the chunk's exact top min(k, C) when more than that many pass.
 
 Scores and selection are separate kernels: the score loop wants registers (decode + dot), the
 select is latency-bound and wants many light programs; fused (one persistent kernel, as first
 written) the gfx942 build spilled ~230 SGPRs. After the last wave, when S > 1:
 
-  ``paged_filter_kernel`` (one program per list): the row's threshold bin T is the largest bin
-    with at least topk list entries at or above it; every final winner lies in bins >= T. The list
-    keeps only those entries, compacted in place, in row order, and records their count;
-  ``paged_final_kernel`` (one program per token): concatenates the filtered lists (row order is
+  ``paged_final_kernel`` (one program per token): concatenates the partial lists (row order is
     preserved, so position order is row order) and runs ``select_row`` over those candidates with
-    their row numbers as ``src_idx``: typically topk plus one bin's worth instead of S x topk.
+    their row numbers as ``src_idx``: typically k plus one bin's worth instead of S x k.
 
 Ties: each select keeps the lowest rows among equal scores and the final sort orders ties by
 row, so the result equals a stable descending sort (the oracle), whatever the split.
@@ -187,8 +187,7 @@ def paged_scores_kernel(
     block_table,  # [B, max_pages] int32 page ids, contiguous
     context_lens,  # [B] int32 visible rows per request
     out,  # TO_WS: fp32 workspace [programs, BLOCK_T, C]; else fp32 logits [B*N, max_pages * 64]
-    histogram,  # TO_WS: int32 [hist_rows, HIST_BINS], zeroed here for paged_select_kernel; else unused
-    hist_rows,  # rows of histogram to zero: B*N in the first wave of a split top-k, else 0
+    histogram,  # HIST: int32 [B*N, HIST_BINS] key histograms of the token rows (zeroed); else unused
     N,  # query tokens per request
     G,  # token groups per request, cdiv(N, BLOCK_T)
     S,  # sequence chunks per request
@@ -212,19 +211,16 @@ def paged_scores_kernel(
     BLOCK_T: tl.constexpr,  # query tokens per program
     BLOCK_N: tl.constexpr,  # key rows per step, divides the 64-row page
     TO_WS: tl.constexpr,  # write the workspace (top-k) instead of the logits
+    HIST: tl.constexpr,  # TO_WS of a split top-k: also count every score in its token row's histogram
     ALIGNED: tl.constexpr,  # cache address and page stride 4-byte aligned (word loads of codes and scales)
 ):
     """Scores of work item item0 + pid = (b, g, s): rows [s*C, (s+1)*C) of request b for its BLOCK_T
     query tokens g*BLOCK_T ... With TO_WS they go to workspace slot pid, out[pid, t, j - s*C] (rows at
     or past the context are left unwritten); else to the logits out[b*N + n, j] ([B*N, max_len]),
-    -inf at rows >= context_lens[b]. With TO_WS the programs also zero the hist_rows histogram rows
-    (one launch fewer than a memset; the select kernel that adds to them runs after this one)."""
+    -inf at rows >= context_lens[b]. With HIST each written score also adds 1 to bin
+    key >> HIST_SHIFT of histogram[b*N + n] (relaxed int atomics, no return value: deterministic, and
+    off the loop's critical path)."""
     pid = tl.program_id(0)
-    if TO_WS:
-        hist = histogram + pid.to(tl.int64) * HIST_BINS + tl.arange(0, HIST_BINS)
-        for _ in range(pid, hist_rows, tl.num_programs(0)):
-            tl.store(hist, tl.zeros((HIST_BINS,), tl.int32))
-            hist += tl.num_programs(0).to(tl.int64) * HIST_BINS
     it = item0 + pid
     if it < n_items:
         s = it % S
@@ -239,6 +235,8 @@ def paged_scores_kernel(
         if TO_WS:
             dst = out + (pid * BLOCK_T + tt).to(tl.int64)[None, :] * C - c0
             tm = tt >= 0
+            hm = ((n0 + tt) < N)[None, :]  # padding tokens past N are no row's scores
+            hist_rows = histogram + (b * N + n0 + tt).to(tl.int64)[None, :] * HIST_BINS
         else:
             dst = out + (b * N + n0 + tt).to(tl.int64)[None, :] * max_len
             tm = (n0 + tt) < N
@@ -256,6 +254,9 @@ def paged_scores_kernel(
                                    Q_PARTS)
                 j = (j0 + tl.arange(0, BLOCK_N))[:, None]
                 tl.store(dst + j, blk, mask=tm[None, :] & (j < c1))
+                if HIST:
+                    bins = (sel_key(blk) >> HIST_SHIFT).to(tl.int32)
+                    tl.atomic_add(hist_rows + bins, 1, mask=hm & (j < c1), sem="relaxed")
                 page = nxt
         if not TO_WS:
             end = tl.minimum(c0 + C, max_len)
@@ -271,7 +272,8 @@ def paged_select_kernel(
     context_lens,  # [B] int32
     part_values,  # fp32 [B*N*S, LIST_SIZE]: partial lists (SPLIT), else the output values [B*N, TOPK]
     part_indices,  # int32, same shape: their row numbers
-    histogram,  # SPLIT: int32 [B*N, HIST_BINS] key histograms (zeroed); else unused
+    histogram,  # SPLIT: int32 [B*N, HIST_BINS] key histograms of the rows scored so far; else unused
+    list_counts,  # SPLIT: int32 [B*N*S] out: entries per partial list; else unused
     N,  # query tokens per request
     G,  # token groups per request
     S,  # sequence chunks per request
@@ -279,17 +281,22 @@ def paged_select_kernel(
     item0,  # first work item of this launch (wave)
     n_items,  # work items in all
     max_pages,  # block-table columns
+    TOPK,  # k of the top-k
     BLOCK_T: tl.constexpr,  # query tokens per score program
     LIST_SIZE: tl.constexpr,  # entries per list: topk, or min(topk, C) when SPLIT
     LIST_SIZE_P2: tl.constexpr,  # next power of two of LIST_SIZE
     BLOCK_SELECT: tl.constexpr,  # elements per step of the radix-select passes
-    SPLIT: tl.constexpr,  # S > 1: unsorted partial lists + histograms
+    SPLIT: tl.constexpr,  # S > 1: partial lists of the candidates
     BITS: tl.constexpr,  # radix digit width
 ):
-    """One program per (work item item0 + pid // BLOCK_T, token pid % BLOCK_T) of a wave: top-LIST_SIZE
-    of the chunk's scores in workspace slot pid // BLOCK_T into part[(b*N + n) * S + s] (LIST_SIZE slots). Without SPLIT
-    (S == 1) part is the final sorted, padded output; with SPLIT the list is unsorted, in row
-    order, min(LIST_SIZE, rows) long, and its key histogram is added to histogram[b*N + n]."""
+    """One program per (work item item0 + pid // BLOCK_T, token pid % BLOCK_T) of a wave, over the
+    chunk's scores in workspace slot pid // BLOCK_T. Without SPLIT (S == 1): the final sorted, padded
+    top-TOPK into part (the outputs). With SPLIT: the chunk's candidates into the partial list
+    part[(b*N + n) * S + s], in row order, and their count into list_counts. Candidates are the
+    scores in bins >= the row's threshold bin T (``_threshold_bin`` of its histogram: every final
+    winner lies there; a histogram still missing later waves' chunks gives a lower T, so a superset);
+    when more than LIST_SIZE of them fall in this chunk, the list is instead the chunk's exact top
+    LIST_SIZE (``select_row``, unsorted, row order), which holds every winner the chunk can give."""
     pid = tl.program_id(0)
     it = item0 + pid // BLOCK_T
     t = pid % BLOCK_T
@@ -304,17 +311,28 @@ def paged_select_kernel(
             c1 = tl.maximum(tl.minimum(c0 + C, ctx), c0)
             row = (b * N + n).to(tl.int64)
             at = (row * S + s) * LIST_SIZE
-            # S = 1 resolves every digit: with the early exit ptxas spills 8 B here on sm90
-            select_row(scores + pid.to(tl.int64) * C - c0, c0, c1, part_values + at, part_indices + at, LIST_SIZE,
-                       LIST_SIZE_P2, BLOCK_SELECT, not SPLIT, BITS=BITS, EARLY_EXIT=SPLIT)
+            src = scores + pid.to(tl.int64) * C - c0
             if SPLIT:
-                tl.debug_barrier()
-                p = tl.arange(0, LIST_SIZE_P2)
-                m = p < tl.minimum(c1 - c0, LIST_SIZE)
-                key = sel_key(tl.load(part_values + at + p, mask=m, other=0.0))
-                h = tl.histogram((key >> HIST_SHIFT).to(tl.int32), HIST_BINS, mask=m)
-                bins = tl.arange(0, HIST_BINS)
-                tl.atomic_add(histogram + row * HIST_BINS + bins, h, mask=h > 0, sem="relaxed")
+                thr = _threshold_bin(histogram, row, TOPK)
+                taken = tl.zeros((), tl.int32)
+                for j0 in range(c0, c1, BLOCK_SELECT):
+                    j = j0 + tl.arange(0, BLOCK_SELECT)
+                    x = tl.load(src + j, mask=j < c1, other=0.0)
+                    take = (j < c1) & ((sel_key(x) >> HIST_SHIFT).to(tl.int32) >= thr)
+                    pos = taken + tl.cumsum(take.to(tl.int32), 0) - 1
+                    tl.store(part_values + at + pos, x, mask=take & (pos < LIST_SIZE))
+                    tl.store(part_indices + at + pos, j, mask=take & (pos < LIST_SIZE))
+                    taken += tl.sum(take.to(tl.int32), 0)
+                if taken > LIST_SIZE:
+                    tl.debug_barrier()
+                    select_row(src, c0, c1, part_values + at, part_indices + at, LIST_SIZE, LIST_SIZE_P2,
+                               BLOCK_SELECT, False, BITS=BITS)
+                    taken = LIST_SIZE
+                tl.store(list_counts + row * S + s, taken)
+            else:
+                # S = 1 resolves every digit: with the early exit ptxas spills 8 B here on sm90
+                select_row(src, c0, c1, part_values + at, part_indices + at, LIST_SIZE, LIST_SIZE_P2, BLOCK_SELECT,
+                           True, BITS=BITS, EARLY_EXIT=False)
 
 
 @triton.jit
@@ -327,39 +345,10 @@ def _threshold_bin(histogram, row, TOPK):
 
 
 @triton.jit
-def paged_filter_kernel(
-    part_values,  # fp32 [B*N*S, LIST_SIZE] partial lists, filtered in place
-    part_indices,  # int32, same shape: their row numbers
-    histogram,  # int32 [B*N, HIST_BINS] key histograms of the lists
-    list_counts,  # int32 [B*N*S] out: entries kept per list
-    context_lens,  # [B] int32
-    N,  # query tokens per request
-    S,  # sequence chunks per request
-    C,  # rows per chunk
-    max_pages,  # block-table columns
-    TOPK,  # k of the top-k
-    LIST_SIZE: tl.constexpr,  # entries per partial list
-    LIST_SIZE_P2: tl.constexpr,  # next power of two of LIST_SIZE
-):
-    """One program per partial list (row, s): keep the entries in bins >= the row's threshold bin,
-    compacted in place in row order; list_counts[row * S + s] = how many."""
-    pid = tl.program_id(0)
-    s = pid % S
-    row = pid // S
-    ctx = _request(context_lens, row // N, max_pages)
-    n_real = tl.minimum(tl.maximum(tl.minimum(ctx - s * C, C), 0), LIST_SIZE)
-    thr = _threshold_bin(histogram, row.to(tl.int64), TOPK)
-    p = tl.arange(0, LIST_SIZE_P2)
-    m = p < n_real
-    base = pid.to(tl.int64) * LIST_SIZE
-    v = tl.load(part_values + base + p, mask=m, other=0.0)
-    i = tl.load(part_indices + base + p, mask=m, other=0)
-    keep = m & ((sel_key(v) >> HIST_SHIFT).to(tl.int32) >= thr)
-    pos = tl.cumsum(keep.to(tl.int32), 0) - 1
-    tl.debug_barrier()  # every load above happens before any in-place store below
-    tl.store(part_values + base + pos, v, mask=keep)
-    tl.store(part_indices + base + pos, i, mask=keep)
-    tl.store(list_counts + pid, tl.sum(keep.to(tl.int32), 0))
+def zero_kernel(buf, n, BLOCK: tl.constexpr):
+    """buf[0:n] = 0 (int32), BLOCK words per program."""
+    i = tl.program_id(0).to(tl.int64) * BLOCK + tl.arange(0, BLOCK)
+    tl.store(buf + i, tl.zeros((BLOCK,), tl.int32), mask=i < n)
 
 
 @triton.jit

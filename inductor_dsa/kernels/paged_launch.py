@@ -2,7 +2,7 @@
 
 Nothing here reads tensor data: every launch decision comes from shapes, dtypes and the device,
 so the launchers are valid under CUDA-graph capture (workspaces come from the caching allocator;
-the first wave's score programs zero the select's histograms).
+a split top-k zeroes its histograms with its first launch).
 """
 from __future__ import annotations
 
@@ -17,12 +17,13 @@ from .fastlaunch import Arg, Launch
 from .host import cdiv, next_pow2
 from ..formats import PAGE_ROWS
 from .decode import FMT_FP8_BYTES, FMT_FP8_NATIVE, FMT_MXFP4, FMT_TENSOR
-from .paged_indexer import (HIST_BINS, paged_check_kernel, paged_filter_kernel,
-                            paged_final_kernel, paged_gather_kernel, paged_scores_kernel, paged_select_kernel)
+from .paged_indexer import (HIST_BINS, paged_check_kernel, paged_final_kernel, paged_gather_kernel,
+                            paged_scores_kernel, paged_select_kernel, zero_kernel)
 
 S_MAX = 512            # most sequence chunks per request (the final kernel holds S counts in registers)
 FINAL_TILE = 4096      # elements per copy step in paged_final_kernel
 GATHER_ROWS = 64
+ZERO_BLOCK = 1024      # words per program of zero_kernel
 CHECK_PAGES = 256      # block-table entries per step of paged_check_kernel
 _NATIVE_FP8 = {"sm90": ("fn", tl.float8e4nv), "gfx942": ("fnuz", tl.float8e4b8)}
 
@@ -177,8 +178,8 @@ def _paged_logits(q, q_scale, kv_cache, weights, block_table, context_lens, fmt,
         lc = cdiv(cfg.logits_rows, cfg.bn) * cfg.bn
         s = cdiv(max_len, lc)
         return cfg, Launch(paged_scores_kernel, (b * g * s,), configs.launch_options(cfg, target),
-                           out=Arg("out"), histogram=Arg("out"), hist_rows=0, S=s, C=lc, item0=0,
-                           n_items=b * g * s, TO_WS=False, **args)
+                           out=Arg("out"), histogram=Arg("out"), S=s, C=lc, item0=0,
+                           n_items=b * g * s, TO_WS=False, HIST=False, **args)
 
     _, launch = _plan(("logits", key, fmt, fp8_flavor, id(cfg)), build)
     env["out"] = out
@@ -225,25 +226,24 @@ def _topk_plan(q, q_scale, kv_cache, block_table, topk, fmt, fp8_flavor, program
     opts = configs.launch_options(cfg, target)
     kp_p2 = next_pow2(plan.kp)
     launches = []
+    if split:
+        hist_words = rows * HIST_BINS.value
+        launches.append(Launch(zero_kernel, (cdiv(hist_words, ZERO_BLOCK),), dict(num_warps=4), buf=Arg("histogram"),
+                               n=hist_words, BLOCK=ZERO_BLOCK))
+    dummy = Arg("out_indices")  # an operand the kernel does not read in this configuration
     for item0 in range(0, items, nprog):
         wave = min(nprog, items - item0)
         launches.append(Launch(paged_scores_kernel, (wave,), opts, out=Arg("scores"),
-                               histogram=Arg("histogram" if split else "out_indices"),
-                               hist_rows=rows if split and item0 == 0 else 0, S=plan.splits, C=plan.chunk,
-                               item0=item0, n_items=items, TO_WS=True, **args))
+                               histogram=Arg("histogram") if split else dummy, S=plan.splits, C=plan.chunk,
+                               item0=item0, n_items=items, TO_WS=True, HIST=split, **args))
         launches.append(Launch(
             paged_select_kernel, (wave * nt,), dict(num_warps=cfg.merge_warps), scores=Arg("scores"),
             context_lens=Arg("context_lens"), part_values=Arg("part_values" if split else "out_values"),
             part_indices=Arg("part_indices" if split else "out_indices"),
-            histogram=Arg("histogram" if split else "out_indices"), N=n, G=g, S=plan.splits, C=plan.chunk,
-            item0=item0, n_items=items, max_pages=max_pages, BLOCK_T=nt, LIST_SIZE=plan.kp, LIST_SIZE_P2=kp_p2,
-            BLOCK_SELECT=cfg.ch, SPLIT=split, BITS=cfg.bits))
+            histogram=Arg("histogram") if split else dummy, list_counts=Arg("list_counts") if split else dummy,
+            N=n, G=g, S=plan.splits, C=plan.chunk, item0=item0, n_items=items, max_pages=max_pages, TOPK=topk,
+            BLOCK_T=nt, LIST_SIZE=plan.kp, LIST_SIZE_P2=kp_p2, BLOCK_SELECT=cfg.ch, SPLIT=split, BITS=cfg.bits))
     if split:
-        launches.append(Launch(
-            paged_filter_kernel, (rows * plan.splits,), dict(num_warps=cfg.merge_warps),
-            part_values=Arg("part_values"), part_indices=Arg("part_indices"), histogram=Arg("histogram"),
-            list_counts=Arg("list_counts"), context_lens=Arg("context_lens"), N=n, S=plan.splits, C=plan.chunk,
-            max_pages=max_pages, TOPK=topk, LIST_SIZE=plan.kp, LIST_SIZE_P2=kp_p2))
         s_p2 = next_pow2(plan.splits)
         launches.append(Launch(
             paged_final_kernel, (rows,), dict(num_warps=cfg.final_warps), part_values=Arg("part_values"),
@@ -355,7 +355,7 @@ def _aligned(fn, sig, ints=("stride_page", "C")):
 _POINTERS = dict(q="*bf16", q_scale="*bf16", weights="*bf16", kv_cache="*u8", table="*fp32", block_table="*i32", context_lens="*i32",
                  out="*fp32", scores="*fp32", part_values="*fp32", part_indices="*i32", histogram="*i32",
                  list_counts="*i32", cand_values="*fp32", cand_indices="*i32", out_values="*fp32", out_indices="*i32",
-                 bad_counts="*i32", row_start="*i64", out_payload="*u8", out_scales="*u8")
+                 bad_counts="*i32", row_start="*i64", out_payload="*u8", out_scales="*u8", buf="*i32")
 
 
 _Q_POINTER = {torch.bfloat16: "*bf16", torch.float16: "*fp16", torch.float32: "*fp32"}
@@ -383,14 +383,14 @@ def aot_variants(target: str, cfg: configs.PagedConfig, head_dim: int = 128, hea
                             BLOCK_N=cfg.bn, ALIGNED=True)
                 tag = (f"{fmt}{'-' + flavor if fmt == 'fp8' else ''} N={n_tok} D={head_dim} H={heads}"
                        f"{'' if parts == 1 else ' q=' + q_ptr[1:]}")
-                for to_ws in outs:
-                    consts = dict(base, TO_WS=to_ws)
+                for to_ws in outs:  # the workspace loop as a split top-k runs it (histogram counts)
+                    consts = dict(base, TO_WS=to_ws, HIST=to_ws)
                     sig = _signature(paged_scores_kernel, consts, q_ptr)
                     yield (f"paged_scores[{tag}{' ws' if to_ws else ' logits'}]", paged_scores_kernel, sig, consts,
                            opts, _aligned(paged_scores_kernel, sig))
                 if fmt == "mxfp4" and q_dt is not torch.float16:  # keys through a table: fp32, 3 bf16 parts
                     hp, nt, _ = tiles(n_tok, heads, query_rows(cfg, parts, True))
-                    consts = dict(base, K_TABLE=True, TO_WS=True, BLOCK_H=hp, BLOCK_T=nt)
+                    consts = dict(base, K_TABLE=True, TO_WS=True, HIST=True, BLOCK_H=hp, BLOCK_T=nt)
                     sig = _signature(paged_scores_kernel, consts, q_ptr)
                     yield (f"paged_scores[{tag} table ws]", paged_scores_kernel, sig, consts, opts,
                            _aligned(paged_scores_kernel, sig))
@@ -403,16 +403,15 @@ def aot_variants(target: str, cfg: configs.PagedConfig, head_dim: int = 128, hea
             yield (f"paged_select[NT={nt} topk={topk}{' split' if split else ''}]", paged_select_kernel, sig,
                    consts, mopts, _aligned(paged_select_kernel, sig))
     for topk in (512, 1024, 2048):
-        consts = dict(LIST_SIZE=topk, LIST_SIZE_P2=next_pow2(topk))
-        sig = _signature(paged_filter_kernel, consts)
-        yield (f"paged_merge_filter[topk={topk}]", paged_filter_kernel, sig, consts, mopts,
-               _aligned(paged_filter_kernel, sig))
         s_p2 = 256
         consts = dict(LIST_SIZE=topk, TOPK=topk, TOPK_P2=next_pow2(topk), BLOCK_SELECT=cfg.ch, S_P2=s_p2,
                       BLOCK_COPY=max(1, FINAL_TILE // s_p2), BITS=cfg.bits)
         sig = _signature(paged_final_kernel, consts)
         yield (f"paged_merge_final[topk={topk} S<=256]", paged_final_kernel, sig, consts,
                dict(num_warps=cfg.final_warps), _aligned(paged_final_kernel, sig))
+    consts = dict(BLOCK=ZERO_BLOCK)
+    sig = _signature(zero_kernel, consts)
+    yield "paged_zero", zero_kernel, sig, consts, dict(num_warps=4), _aligned(zero_kernel, sig, ints=())
     consts = dict(BLOCK_PAGES=CHECK_PAGES)
     sig = _signature(paged_check_kernel, consts)
     yield "paged_check", paged_check_kernel, sig, consts, dict(num_warps=4), _aligned(paged_check_kernel, sig, ints=())
