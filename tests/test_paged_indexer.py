@@ -5,6 +5,8 @@ only the rows a request can see are real encodings, so reading any other row (pa
 an unused page, a garbage block-table entry) shows up as NaN/garbage scores.
 Run: TRITON_INTERPRET=1 python -m pytest tests/test_paged_indexer.py -q
 """
+import dataclasses
+
 import pytest
 import torch
 import triton
@@ -58,15 +60,18 @@ def test_topk_matches_oracle(fmt, flavor, split, gen):
 
 
 @pytest.mark.parametrize("split", ["split64"], indirect=True)
-@pytest.mark.parametrize("programs", [None, 2])
-def test_topk_crowded_threshold_bin_falls_back_exactly(split, programs, gen):
+@pytest.mark.parametrize("programs,span", [(None, 1 << 17), (2, 1 << 17), (None, 64)], ids=["one", "waves", "copies"])
+def test_topk_crowded_threshold_bin_falls_back_exactly(split, programs, span, monkeypatch, gen):
     """Crowded histogram bins. Request 0: zero keys (score +0.0) but row 60 of each 64-row chunk
     (at most 3 positive scores: its k-th largest is a 0); request 2: zero weights (every score
     +0.0). Their threshold bin is 0's, so more of a chunk's rows pass it than its list holds, and
     each chunk keeps its exact top k instead (the first k in row order would miss a positive row
     60). Requests 1 and 3 stay random (lists pruned by the threshold). With 2 programs per wave the
     later waves' lists were cut by a histogram still missing chunks (a lower threshold: more
-    candidates, same result)."""
+    candidates, same result). ``copies``: 4 histograms per row (a context row span of 64), summed."""
+    target = configs.target_for(torch.device(DEVICE))
+    monkeypatch.setitem(configs.PAGED, target, dataclasses.replace(configs.PAGED[target], hist_span=span))
+    assert paged_launch.hist_copies(192, configs.PAGED[target]) == (4 if span == 64 else 1)
     topk = 5
     q, cache, w, bt, ctx = case = make_case(gen, ctx=[190, 150, 130, 120])
     code_bytes = formats.row_bytes("mxfp4", q.shape[-1])[0]

@@ -235,6 +235,7 @@ class PagedConfig:
     final_warps: int = 8  # final merge, one program per token row (at B = 1 a single program):
                           # H200 B=1 L=262144 top-1024 25 -> 19 us from 4 warps (16: 18)
     bits: int = 8       # radix digit width of the chunk select and the final merge
+    hist_span: int = 131072  # context rows per copy of a token row's key histogram (paged_launch.hist_copies)
     extra: dict = field(default_factory=dict)  # backend-specific knobs
 
 

@@ -187,7 +187,7 @@ def paged_scores_kernel(
     block_table,  # [B, max_pages] int32 page ids, contiguous
     context_lens,  # [B] int32 visible rows per request
     out,  # TO_WS: fp32 workspace [programs, BLOCK_T, C]; else fp32 logits [B*N, max_pages * 64]
-    histogram,  # HIST: int32 [B*N, HIST_BINS] key histograms of the token rows (zeroed); else unused
+    histogram,  # HIST_COPIES > 0: int32 [B*N, HIST_COPIES, HIST_BINS] key histograms (zeroed); else unused
     N,  # query tokens per request
     G,  # token groups per request, cdiv(N, BLOCK_T)
     S,  # sequence chunks per request
@@ -211,15 +211,16 @@ def paged_scores_kernel(
     BLOCK_T: tl.constexpr,  # query tokens per program
     BLOCK_N: tl.constexpr,  # key rows per step, divides the 64-row page
     TO_WS: tl.constexpr,  # write the workspace (top-k) instead of the logits
-    HIST: tl.constexpr,  # TO_WS of a split top-k: also count every score in its token row's histogram
+    HIST_COPIES: tl.constexpr,  # TO_WS of a split top-k: copies of each row's histogram (else 0: none)
     ALIGNED: tl.constexpr,  # cache address and page stride 4-byte aligned (word loads of codes and scales)
 ):
     """Scores of work item item0 + pid = (b, g, s): rows [s*C, (s+1)*C) of request b for its BLOCK_T
     query tokens g*BLOCK_T ... With TO_WS they go to workspace slot pid, out[pid, t, j - s*C] (rows at
     or past the context are left unwritten); else to the logits out[b*N + n, j] ([B*N, max_len]),
-    -inf at rows >= context_lens[b]. With HIST each written score also adds 1 to bin
-    key >> HIST_SHIFT of histogram[b*N + n] (relaxed int atomics, no return value: deterministic, and
-    off the loop's critical path)."""
+    -inf at rows >= context_lens[b]. With HIST_COPIES each written score also adds 1 to bin
+    key >> HIST_SHIFT of histogram[b*N + n, s % HIST_COPIES] (relaxed int atomics, no return value:
+    deterministic, and off the loop's critical path; the copies spread a long row's counts of one
+    bin over several addresses, which serialise)."""
     pid = tl.program_id(0)
     it = item0 + pid
     if it < n_items:
@@ -236,7 +237,7 @@ def paged_scores_kernel(
             dst = out + (pid * BLOCK_T + tt).to(tl.int64)[None, :] * C - c0
             tm = tt >= 0
             hm = ((n0 + tt) < N)[None, :]  # padding tokens past N are no row's scores
-            hist_rows = histogram + (b * N + n0 + tt).to(tl.int64)[None, :] * HIST_BINS
+            hist_rows = histogram + ((b * N + n0 + tt).to(tl.int64)[None, :] * HIST_COPIES + s % HIST_COPIES) * HIST_BINS
         else:
             dst = out + (b * N + n0 + tt).to(tl.int64)[None, :] * max_len
             tm = (n0 + tt) < N
@@ -254,7 +255,7 @@ def paged_scores_kernel(
                                    Q_PARTS)
                 j = (j0 + tl.arange(0, BLOCK_N))[:, None]
                 tl.store(dst + j, blk, mask=tm[None, :] & (j < c1))
-                if HIST:
+                if HIST_COPIES > 0:
                     bins = (sel_key(blk) >> HIST_SHIFT).to(tl.int32)
                     tl.atomic_add(hist_rows + bins, 1, mask=hm & (j < c1), sem="relaxed")
                 page = nxt
@@ -272,7 +273,7 @@ def paged_select_kernel(
     context_lens,  # [B] int32
     part_values,  # fp32 [B*N*S, LIST_SIZE]: partial lists (SPLIT), else the output values [B*N, TOPK]
     part_indices,  # int32, same shape: their row numbers
-    histogram,  # SPLIT: int32 [B*N, HIST_BINS] key histograms of the rows scored so far; else unused
+    histogram,  # SPLIT: int32 [B*N, HIST_COPIES, HIST_BINS] key histograms of the rows scored so far; else unused
     list_counts,  # SPLIT: int32 [B*N*S] out: entries per partial list; else unused
     N,  # query tokens per request
     G,  # token groups per request
@@ -287,6 +288,7 @@ def paged_select_kernel(
     LIST_SIZE_P2: tl.constexpr,  # next power of two of LIST_SIZE
     BLOCK_SELECT: tl.constexpr,  # elements per step of the radix-select passes
     SPLIT: tl.constexpr,  # S > 1: partial lists of the candidates
+    HIST_COPIES: tl.constexpr,  # SPLIT: copies of each row's histogram (summed here)
     BITS: tl.constexpr,  # radix digit width
 ):
     """One program per (work item item0 + pid // BLOCK_T, token pid % BLOCK_T) of a wave, over the
@@ -313,7 +315,7 @@ def paged_select_kernel(
             at = (row * S + s) * LIST_SIZE
             src = scores + pid.to(tl.int64) * C - c0
             if SPLIT:
-                thr = _threshold_bin(histogram, row, TOPK)
+                thr = _threshold_bin(histogram, row, TOPK, HIST_COPIES)
                 taken = tl.zeros((), tl.int32)
                 for j0 in range(c0, c1, BLOCK_SELECT):
                     j = j0 + tl.arange(0, BLOCK_SELECT)
@@ -336,11 +338,12 @@ def paged_select_kernel(
 
 
 @triton.jit
-def _threshold_bin(histogram, row, TOPK):
-    """Largest bin T with at least TOPK counted keys in bins >= T (0 when there are fewer)."""
+def _threshold_bin(histogram, row, TOPK, COPIES: tl.constexpr):
+    """Largest bin T with at least TOPK counted keys in bins >= T (0 when there are fewer), over the
+    sum of the row's COPIES histograms."""
     bins = tl.arange(0, HIST_BINS)
-    h = tl.load(histogram + row * HIST_BINS + bins)
-    at_least = tl.cumsum(h, 0, reverse=True)
+    h = tl.load(histogram + (row * COPIES + tl.arange(0, COPIES))[:, None] * HIST_BINS + bins[None, :])
+    at_least = tl.cumsum(tl.sum(h, 0), 0, reverse=True)
     return tl.max(tl.where(at_least >= TOPK, bins, 0), 0)
 
 

@@ -24,6 +24,7 @@ S_MAX = 512            # most sequence chunks per request (the final kernel hold
 FINAL_TILE = 4096      # elements per copy step in paged_final_kernel
 GATHER_ROWS = 64
 ZERO_BLOCK = 1024      # words per program of zero_kernel
+HIST_COPIES_MAX = 8
 CHECK_PAGES = 256      # block-table entries per step of paged_check_kernel
 _NATIVE_FP8 = {"sm90": ("fn", tl.float8e4nv), "gfx942": ("fnuz", tl.float8e4b8)}
 
@@ -70,6 +71,13 @@ def split_plan(batch: int, groups: int, max_len: int, topk: int, cfg: configs.Pa
     if s == 1:
         return SplitPlan(c, 1, topk)
     return SplitPlan(c, s, min(topk, c))
+
+
+def hist_copies(max_len: int, cfg: configs.PagedConfig) -> int:
+    """Copies of each token row's key histogram: one per ``cfg.hist_span`` rows of context (a power
+    of two, at most HIST_COPIES_MAX). Counts of one bin serialise at its address; the copies spread
+    a long row's (hundreds of thousands at L = 2**20 on random scores) over several."""
+    return min(HIST_COPIES_MAX, next_pow2(cdiv(max_len, cfg.hist_span)))
 
 
 def _dot_dtype(target: str):
@@ -179,7 +187,7 @@ def _paged_logits(q, q_scale, kv_cache, weights, block_table, context_lens, fmt,
         s = cdiv(max_len, lc)
         return cfg, Launch(paged_scores_kernel, (b * g * s,), configs.launch_options(cfg, target),
                            out=Arg("out"), histogram=Arg("out"), S=s, C=lc, item0=0,
-                           n_items=b * g * s, TO_WS=False, HIST=False, **args)
+                           n_items=b * g * s, TO_WS=False, HIST_COPIES=0, **args)
 
     _, launch = _plan(("logits", key, fmt, fp8_flavor, id(cfg)), build)
     env["out"] = out
@@ -213,11 +221,12 @@ def _topk_plan(q, q_scale, kv_cache, block_table, topk, fmt, fp8_flavor, program
     nprog = max(1, min(items, nprog_max))
     nt, rows = args["BLOCK_T"], b * n
     split = plan.splits > 1
+    copies = hist_copies(max_pages * PAGE_ROWS, cfg) if split else 0
     listed = rows * plan.splits * plan.kp if split else 0  # entries of one partial-list array
     # the score workspace is dead after the last wave: the final merge's candidates reuse it
     regions = dict(scores=max(nprog * nt * plan.chunk, _align(listed) + listed))
     if split:
-        regions.update(part_values=listed, part_indices=listed, histogram=rows * HIST_BINS.value,
+        regions.update(part_values=listed, part_indices=listed, histogram=rows * copies * HIST_BINS.value,
                        list_counts=rows * plan.splits)
     offsets, words = {}, 0
     for name, size in regions.items():
@@ -227,7 +236,7 @@ def _topk_plan(q, q_scale, kv_cache, block_table, topk, fmt, fp8_flavor, program
     kp_p2 = next_pow2(plan.kp)
     launches = []
     if split:
-        hist_words = rows * HIST_BINS.value
+        hist_words = rows * copies * HIST_BINS.value
         launches.append(Launch(zero_kernel, (cdiv(hist_words, ZERO_BLOCK),), dict(num_warps=4), buf=Arg("histogram"),
                                n=hist_words, BLOCK=ZERO_BLOCK))
     dummy = Arg("out_indices")  # an operand the kernel does not read in this configuration
@@ -235,14 +244,15 @@ def _topk_plan(q, q_scale, kv_cache, block_table, topk, fmt, fp8_flavor, program
         wave = min(nprog, items - item0)
         launches.append(Launch(paged_scores_kernel, (wave,), opts, out=Arg("scores"),
                                histogram=Arg("histogram") if split else dummy, S=plan.splits, C=plan.chunk,
-                               item0=item0, n_items=items, TO_WS=True, HIST=split, **args))
+                               item0=item0, n_items=items, TO_WS=True, HIST_COPIES=copies, **args))
         launches.append(Launch(
             paged_select_kernel, (wave * nt,), dict(num_warps=cfg.merge_warps), scores=Arg("scores"),
             context_lens=Arg("context_lens"), part_values=Arg("part_values" if split else "out_values"),
             part_indices=Arg("part_indices" if split else "out_indices"),
             histogram=Arg("histogram") if split else dummy, list_counts=Arg("list_counts") if split else dummy,
             N=n, G=g, S=plan.splits, C=plan.chunk, item0=item0, n_items=items, max_pages=max_pages, TOPK=topk,
-            BLOCK_T=nt, LIST_SIZE=plan.kp, LIST_SIZE_P2=kp_p2, BLOCK_SELECT=cfg.ch, SPLIT=split, BITS=cfg.bits))
+            BLOCK_T=nt, LIST_SIZE=plan.kp, LIST_SIZE_P2=kp_p2, BLOCK_SELECT=cfg.ch, SPLIT=split, HIST_COPIES=max(copies, 1),
+            BITS=cfg.bits))
     if split:
         s_p2 = next_pow2(plan.splits)
         launches.append(Launch(
@@ -384,24 +394,24 @@ def aot_variants(target: str, cfg: configs.PagedConfig, head_dim: int = 128, hea
                 tag = (f"{fmt}{'-' + flavor if fmt == 'fp8' else ''} N={n_tok} D={head_dim} H={heads}"
                        f"{'' if parts == 1 else ' q=' + q_ptr[1:]}")
                 for to_ws in outs:  # the workspace loop as a split top-k runs it (histogram counts)
-                    consts = dict(base, TO_WS=to_ws, HIST=to_ws)
+                    consts = dict(base, TO_WS=to_ws, HIST_COPIES=int(to_ws))
                     sig = _signature(paged_scores_kernel, consts, q_ptr)
                     yield (f"paged_scores[{tag}{' ws' if to_ws else ' logits'}]", paged_scores_kernel, sig, consts,
                            opts, _aligned(paged_scores_kernel, sig))
                 if fmt == "mxfp4" and q_dt is not torch.float16:  # keys through a table: fp32, 3 bf16 parts
                     hp, nt, _ = tiles(n_tok, heads, query_rows(cfg, parts, True))
-                    consts = dict(base, K_TABLE=True, TO_WS=True, HIST=True, BLOCK_H=hp, BLOCK_T=nt)
+                    consts = dict(base, K_TABLE=True, TO_WS=True, HIST_COPIES=1, BLOCK_H=hp, BLOCK_T=nt)
                     sig = _signature(paged_scores_kernel, consts, q_ptr)
                     yield (f"paged_scores[{tag} table ws]", paged_scores_kernel, sig, consts, opts,
                            _aligned(paged_scores_kernel, sig))
     mopts = dict(num_warps=cfg.merge_warps)
     for nt in (1, 4):
-        for topk, split in ((512, False), (1024, True), (2048, True)):
+        for topk, split, copies in ((512, False, 1), (1024, True, 1), (2048, True, HIST_COPIES_MAX)):
             consts = dict(BLOCK_T=nt, LIST_SIZE=topk, LIST_SIZE_P2=next_pow2(topk), BLOCK_SELECT=cfg.ch, SPLIT=split,
-                          BITS=cfg.bits)
+                          HIST_COPIES=copies, BITS=cfg.bits)
             sig = _signature(paged_select_kernel, consts)
-            yield (f"paged_select[NT={nt} topk={topk}{' split' if split else ''}]", paged_select_kernel, sig,
-                   consts, mopts, _aligned(paged_select_kernel, sig))
+            yield (f"paged_select[NT={nt} topk={topk}{f' split, {copies} histograms' if split else ''}]",
+                   paged_select_kernel, sig, consts, mopts, _aligned(paged_select_kernel, sig))
     for topk in (512, 1024, 2048):
         s_p2 = 256
         consts = dict(LIST_SIZE=topk, TOPK=topk, TOPK_P2=next_pow2(topk), BLOCK_SELECT=cfg.ch, S_P2=s_p2,
