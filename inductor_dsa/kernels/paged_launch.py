@@ -410,7 +410,7 @@ def aot_variants(target: str, cfg: configs.PagedConfig, head_dim: int = 128, hea
             consts = dict(BLOCK_T=nt, LIST_SIZE=topk, LIST_SIZE_P2=next_pow2(topk), BLOCK_SELECT=cfg.ch, SPLIT=split,
                           HIST_COPIES=copies, BITS=cfg.bits)
             sig = _signature(paged_select_kernel, consts)
-            yield (f"paged_select[NT={nt} topk={topk}{f' split, {copies} histograms' if split else ''}]",
+            yield (f"paged_select[NT={nt} topk={topk}{f' split, histogram x{copies}' if split else ''}]",
                    paged_select_kernel, sig, consts, mopts, _aligned(paged_select_kernel, sig))
     for topk in (512, 1024, 2048):
         s_p2 = 256
