@@ -236,8 +236,10 @@ def paged_scores_kernel(
         if TO_WS:
             dst = out + (pid * BLOCK_T + tt).to(tl.int64)[None, :] * C - c0
             tm = tt >= 0
-            hm = ((n0 + tt) < N)[None, :]  # padding tokens past N are no row's scores
-            hist_rows = histogram + ((b * N + n0 + tt).to(tl.int64)[None, :] * HIST_COPIES + s % HIST_COPIES) * HIST_BINS
+            if HIST_COPIES > 0:
+                hm = ((n0 + tt) < N)[None, :]  # padding tokens past N are no row's scores
+                hist_rows = histogram + ((b * N + n0 + tt).to(tl.int64)[None, :] * HIST_COPIES
+                                         + s % HIST_COPIES) * HIST_BINS
         else:
             dst = out + (b * N + n0 + tt).to(tl.int64)[None, :] * max_len
             tm = (n0 + tt) < N
