@@ -145,14 +145,16 @@ CTX = st.sampled_from([0, 1, 2, 5, 63, 64, 65, 127, 150, 192, 193, 500, -4])   #
 
 @FEW
 @given(seed=SEEDS, fmt=PAGED_FMT, ctx=st.lists(CTX, min_size=1, max_size=4), n=st.sampled_from([1, 2]),
-       h=HEADS, topk=st.sampled_from([1, 7, 64, 130, 250]), shared=st.booleans(), q_mxfp4=st.booleans())
-def test_paged_indexer_topk_matches_oracle(seed, fmt, ctx, n, h, topk, shared, q_mxfp4):
+       h=HEADS, topk=st.sampled_from([1, 7, 64, 130, 250]), shared=st.booleans(), q_mxfp4=st.booleans(),
+       ints=st.booleans())
+def test_paged_indexer_topk_matches_oracle(seed, fmt, ctx, n, h, topk, shared, q_mxfp4, ints):
     """Random page order, shared prefix pages, random bytes in unused rows and garbage block-table
     entries past the context, context_lens 0 / negative / past capacity (value checks off: clamped),
-    topk > context."""
+    topk > context; ``ints``: integer-valued q, keys and weights (many tied scores: crowded
+    histogram bins, whose chunks keep their exact top-k)."""
     fmt, flavor = fmt
     case = make_case(_gen(seed), fmt=fmt, flavor=flavor, n=n, h=h, d=32, ctx=ctx, shared=shared,
-                     q_mxfp4=q_mxfp4)
+                     q_mxfp4=q_mxfp4, ints=ints)
     q, cache, w, bt, cl = case
     with checks.values(False):
         vals, idx = idsa.paged_indexer_topk(to_device(q), to_device(cache), to_device(w), to_device(bt),
