@@ -392,6 +392,22 @@ def test_paged_all_zero_context_lens():
     assert a.shape == (0, 16) and (ks == 0).all() and (ke == 0).all()
 
 
+@pytest.mark.parametrize("split", ["split64"], indirect=True)
+def test_paged_topk_batch_too_large_for_int32_histograms(split):
+    """2**20 token rows (B = 2**19, N = 2) of a split top-k: the histogram offsets would pass 2**31
+    words; a clear error, raised before any launch, instead of a wrong result."""
+    b, pages = 2**19, 3
+    q = torch.zeros(b, 2, 1, 32, dtype=torch.bfloat16, device=DEVICE)
+    cache = torch.zeros(pages, formats.PAGE_ROWS * sum(formats.row_bytes("mxfp4", 32)), dtype=torch.uint8,
+                        device=DEVICE)
+    w = torch.ones(b, 2, 1, device=DEVICE)
+    bt = torch.zeros(b, pages, dtype=torch.int32, device=DEVICE)
+    ctx = torch.full((b,), 150, dtype=torch.int32, device=DEVICE)
+    with checks.values(False):
+        raises(ValueError, "paged_indexer_topk", "too large for one call",
+               lambda: idsa.paged_indexer_topk(q, cache, w, bt, ctx, 5))
+
+
 def test_sparse_attention_unchecked_garbage():
     """Checks off: indices >= N, < -1, huge (int64 too) are treated as -1; all-garbage rows give 0."""
     q, kv, idx, s = _sparse()

@@ -236,10 +236,6 @@ def paged_scores_kernel(
         if TO_WS:
             dst = out + (pid * BLOCK_T + tt).to(tl.int64)[None, :] * C - c0
             tm = tt >= 0
-            if HIST_COPIES > 0:
-                hm = ((n0 + tt) < N)[None, :]  # padding tokens past N are no row's scores
-                hist_rows = histogram + ((b * N + n0 + tt).to(tl.int64)[None, :] * HIST_COPIES
-                                         + s % HIST_COPIES) * HIST_BINS
         else:
             dst = out + (b * N + n0 + tt).to(tl.int64)[None, :] * max_len
             tm = (n0 + tt) < N
@@ -257,9 +253,11 @@ def paged_scores_kernel(
                                    Q_PARTS)
                 j = (j0 + tl.arange(0, BLOCK_N))[:, None]
                 tl.store(dst + j, blk, mask=tm[None, :] & (j < c1))
-                if HIST_COPIES > 0:
+                if HIST_COPIES > 0:  # int32 offsets (the launcher bounds them): fewer registers than pointers
+                    hist = ((b * N + n0 + tt) * HIST_COPIES + s % HIST_COPIES) * HIST_BINS
                     bins = (sel_key(blk) >> HIST_SHIFT).to(tl.int32)
-                    tl.atomic_add(hist_rows + bins, 1, mask=hm & (j < c1), sem="relaxed")
+                    tl.atomic_add(histogram + (hist[None, :] + bins), 1,
+                                  mask=((n0 + tt) < N)[None, :] & (j < c1), sem="relaxed")  # not padding tokens
                 page = nxt
         if not TO_WS:
             end = tl.minimum(c0 + C, max_len)

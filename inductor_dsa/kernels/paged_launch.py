@@ -222,6 +222,9 @@ def _topk_plan(q, q_scale, kv_cache, block_table, topk, fmt, fp8_flavor, program
     nt, rows = args["BLOCK_T"], b * n
     split = plan.splits > 1
     copies = hist_copies(max_pages * PAGE_ROWS, cfg) if split else 0
+    if rows * copies * HIST_BINS.value >= 2**31:  # paged_scores_kernel's int32 histogram offsets
+        raise ValueError(f"paged_indexer_topk: batch x query tokens = {rows} is too large for one call "
+                         f"(at most {2**31 // (copies * HIST_BINS.value) - 1} here); split the batch")
     listed = rows * plan.splits * plan.kp if split else 0  # entries of one partial-list array
     # the score workspace is dead after the last wave: the final merge's candidates reuse it
     regions = dict(scores=max(nprog * nt * plan.chunk, _align(listed) + listed))
