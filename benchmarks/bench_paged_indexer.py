@@ -163,7 +163,8 @@ def sweep(args, ceil):
     target = configs.target_for(torch.device("cuda"))
     base = configs.PAGED[target]
     cands = [dict(), dict(num_warps=4), dict(progs_per_sm=1), dict(progs_per_sm=4), dict(bn=32),
-             dict(chunk_min=2048), dict(chunk_max=16384), dict(num_stages=1), dict(num_stages=3), dict(ch=1024)]
+             dict(chunk_min=2048), dict(chunk_max=16384), dict(num_stages=1), dict(num_stages=3), dict(ch=1024),
+             dict(hist_span=32768), dict(hist_span=1 << 30)]
     out = []
     for name, b, length, topk in [CASES[0], CASES[3]]:
         q, cache, w, bt, ctx = make_case(b, length, args.next_n)
