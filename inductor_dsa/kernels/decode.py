@@ -78,24 +78,25 @@ def e2m1_pairs(x, SHIFT: tl.constexpr):
 
 @triton.jit
 def mxfp4_rows_mma(codes_ptr, scale_ptr, code_off, scale_off, row_mask, R: tl.constexpr, D: tl.constexpr,
-                   OUT: tl.constexpr, ALIGNED: tl.constexpr, DOT: tl.constexpr):
+                   OUT: tl.constexpr, ALIGNED: tl.constexpr, DOT: tl.constexpr, SCALE_WORDS: tl.constexpr = False):
     """R rows of D MXFP4 elements as DOT [R, D], the columns permuted as ``mma_k_cols`` says. They
     are computed in OUT: bf16 where packed bf16 multiplies are native (sm90), else fp32 (gfx942,
     the interpreter), then truncated to DOT (exact values: truncation is exact, and one instruction).
 
     A row's D/2 code bytes are read as D/8 little-endian uint32 words (ALIGNED: one load each, the
-    row starts of codes and scales must be 4-byte aligned; else assembled from bytes). Word W
+    row starts must be 4-byte aligned, and those of the scales with SCALE_WORDS; else assembled from bytes). Word W
     holds element 8W + j in nibble j; elements i and i + 4 become one bf16 pair, the low and high half of a 32-bit word,
     with two shifts and two masks (``e2m1_pairs``): exactly E2M1 * 2**-126. The block scale 2**(s - 127) * 2**126 = 2**(s - 1) then multiplies as
     2**(min(s, 128) - 1) * 2**(max(s, 128) - 128), both factors representable (255 -> NaN), so
     every product is exact. On sm90 the column order gives each thread the 16 bytes of its wgmma
     A fragment as one 128-bit load (lane l % 4 of a row holds k = 2l, 2l + 1 (+ 8) of each 16-wide
     k step), and the decoded pairs are the MMA's packed bf16 registers: no layout shuffle.
-    With ALIGNED and D >= 128 a row's D/32 scale bytes are read as uint32 words too. Read as bytes,
-    R x D/32 of them came to 1-2 per thread on sm90, too narrow for the pipeliner's asynchronous
-    copies: a synchronous load per key block, its latency exposed in every iteration of the score
-    loops (SASS: LDG.E.U16 / LDG.E.U8 in the loop). Masked rows read scale 0 there (finite factors;
-    their codes are 0, so their keys are 0).
+    With SCALE_WORDS (and ALIGNED, D >= 128: the paged keys) a row's D/32 scale bytes are read as
+    uint32 words too. Read as bytes, R x D/32 of them came to 1-2 per thread on sm90, too narrow
+    for the pipeliner's asynchronous copies: a synchronous load per key block (SASS: LDG.E.U16 /
+    LDG.E.U8 in the loop). Words made the prefill logits loop slower, though (H100, T=K=4096 bf16
+    q + MXFP4 k: 0.436 -> 0.509 ms), so it reads bytes. Masked rows read scale 0 there (finite
+    factors; their codes are 0, so their keys are 0).
     """
     NW: tl.constexpr = D // 8
     NB: tl.constexpr = D // 32
@@ -108,7 +109,7 @@ def mxfp4_rows_mma(codes_ptr, scale_ptr, code_off, scale_off, row_mask, R: tl.co
                     mask=row_mask[:, None, None], other=0)
         x = tl.sum(b.to(tl.uint32) << (8 * byte).to(tl.uint32), axis=2)
     pairs = tl.join(tl.join(e2m1_pairs(x, 0), e2m1_pairs(x, 4)), tl.join(e2m1_pairs(x, 8), e2m1_pairs(x, 12)))
-    if ALIGNED and NB % 4 == 0:
+    if SCALE_WORDS and ALIGNED and NB % 4 == 0:
         sw = tl.load(scale_ptr.to(tl.pointer_type(tl.uint32), bitcast=True) + (scale_off // 4)[:, None]
                      + tl.arange(0, NB // 4)[None, :], mask=row_mask[:, None], other=0)
         s = tl.reshape((sw[:, :, None] >> (8 * tl.arange(0, 4)).to(tl.uint32)[None, None, :]) & 255,

@@ -103,7 +103,7 @@ def _paged_block(qT, qT_mid, qT_lo, wv, kv_cache, table, page, j0, jend, num_pag
                          Q_PARTS, 3)
     elif K_FMT == FMT_MXFP4:
         kt = mxfp4_rows_mma(kv_cache, kv_cache, base + r * (D // 2), base + PAGE * (D // 2) + r * (D // 32), ok,
-                            BLOCK_N, D, DEC_DTYPE, ALIGNED, DOT_DTYPE)
+                            BLOCK_N, D, DEC_DTYPE, ALIGNED, DOT_DTYPE, SCALE_WORDS=True)
         blk = score_rows(qT, wv, kt, None, BLOCK_T, BLOCK_H, BLOCK_N, DOT_DTYPE, qT_mid, qT_lo, None, None, Q_PARTS)
     else:
         x = tl.load(kv_cache + (base + r * D)[:, None] + tl.arange(0, D)[None, :], mask=ok[:, None], other=0)
