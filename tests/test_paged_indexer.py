@@ -43,11 +43,15 @@ def test_topk_nan_and_zero_ranking_exact(split, topk, gen):
 
 @pytest.mark.parametrize("split", list(SPLITS), indirect=True)
 @pytest.mark.parametrize("fmt,flavor", [("mxfp4", "fn"), ("fp8", "fn"), ("fp8", "fnuz")])
-def test_topk_matches_oracle(fmt, flavor, split, gen):
+@pytest.mark.parametrize("programs", [None, 64], ids=["waves", "one-wave"])
+def test_topk_matches_oracle(fmt, flavor, split, programs, gen):
+    """``waves``: the interpreter's 3 programs per wave; ``one-wave``: every chunk in one wave, so
+    the final merge copies only the candidates its fine histogram keeps."""
     case = make_case(gen, fmt=fmt, flavor=flavor)
     stats = {}
     q, cache, w, bt, ctx = to_device(case)
-    vals, idx = paged_launch.paged_topk(q, None, cache, w, bt, ctx, 24, fmt, fp8_flavor_for(fmt, flavor), stats=stats)
+    vals, idx = paged_launch.paged_topk(q, None, cache, w, bt, ctx, 24, fmt, fp8_flavor_for(fmt, flavor),
+                                        programs=programs, stats=stats)
     assert_paged_topk(vals, idx, paged_oracle(case, fmt, flavor), 24)
     assert (stats["plan"].splits > 1) == (split != "nosplit")
     if split != "nosplit":
@@ -60,7 +64,7 @@ def test_topk_matches_oracle(fmt, flavor, split, gen):
 
 
 @pytest.mark.parametrize("split", ["split64"], indirect=True)
-@pytest.mark.parametrize("programs,span", [(None, 1 << 17), (2, 1 << 17), (None, 64)], ids=["one", "waves", "copies"])
+@pytest.mark.parametrize("programs,span", [(64, 1 << 17), (2, 1 << 17), (64, 64)], ids=["one-wave", "waves", "copies"])
 def test_topk_crowded_threshold_bin_falls_back_exactly(split, programs, span, monkeypatch, gen):
     """Crowded histogram bins. Request 0: zero keys (score +0.0) but row 60 of each 64-row chunk
     (at most 3 positive scores: its k-th largest is a 0); request 2: zero weights (every score
@@ -68,7 +72,8 @@ def test_topk_crowded_threshold_bin_falls_back_exactly(split, programs, span, mo
     each chunk keeps its exact top k instead (the first k in row order would miss a positive row
     60). Requests 1 and 3 stay random (lists pruned by the threshold). With 2 programs per wave the
     later waves' lists were cut by a histogram still missing chunks (a lower threshold: more
-    candidates, same result). ``copies``: 4 histograms per row (a context row span of 64), summed."""
+    candidates, same result); in one wave the final merge keeps only the candidates at or above
+    the fine histogram's threshold. ``copies``: 4 histograms per row (a context row span of 64)."""
     target = configs.target_for(torch.device(DEVICE))
     monkeypatch.setitem(configs.PAGED, target, dataclasses.replace(configs.PAGED[target], hist_span=span))
     assert paged_launch.hist_copies(192, configs.PAGED[target]) == (4 if span == 64 else 1)

@@ -11,6 +11,7 @@ from hypothesis import given, strategies as st
 
 import inductor_dsa as idsa
 from inductor_dsa import checks, reference
+from inductor_dsa.kernels import paged_launch
 from conftest import DEVICE
 from attention_cases import assert_close, make
 from indexer_cases import assert_logits, assert_topk, logits_tol, quantised, to_device_each
@@ -146,19 +147,26 @@ CTX = st.sampled_from([0, 1, 2, 5, 63, 64, 65, 127, 150, 192, 193, 500, -4])   #
 @FEW
 @given(seed=SEEDS, fmt=PAGED_FMT, ctx=st.lists(CTX, min_size=1, max_size=4), n=st.sampled_from([1, 2]),
        h=HEADS, topk=st.sampled_from([1, 7, 64, 130, 250]), shared=st.booleans(), q_mxfp4=st.booleans(),
-       ints=st.booleans())
-def test_paged_indexer_topk_matches_oracle(seed, fmt, ctx, n, h, topk, shared, q_mxfp4, ints):
+       ints=st.booleans(), one_wave=st.booleans())
+def test_paged_indexer_topk_matches_oracle(seed, fmt, ctx, n, h, topk, shared, q_mxfp4, ints, one_wave):
     """Random page order, shared prefix pages, random bytes in unused rows and garbage block-table
     entries past the context, context_lens 0 / negative / past capacity (value checks off: clamped),
     topk > context; ``ints``: integer-valued q, keys and weights (many tied scores: crowded
-    histogram bins, whose chunks keep their exact top-k)."""
+    histogram bins, whose chunks keep their exact top-k); ``one_wave``: on the CPU every chunk in
+    one wave of programs (the final merge's fine-histogram cut; ``paged_launch`` directly), else
+    the public op (3 programs per wave on the CPU)."""
     fmt, flavor = fmt
     case = make_case(_gen(seed), fmt=fmt, flavor=flavor, n=n, h=h, d=32, ctx=ctx, shared=shared,
                      q_mxfp4=q_mxfp4, ints=ints)
     q, cache, w, bt, cl = case
-    with checks.values(False):
-        vals, idx = idsa.paged_indexer_topk(to_device(q), to_device(cache), to_device(w), to_device(bt),
-                                            to_device(cl), topk, fmt=fmt, fp8_flavor=flavor)
+    if one_wave:  # the launcher itself, with a wave of 256 programs
+        qd, qs = (to_device(q[0]), to_device(q[1])) if isinstance(q, tuple) else (to_device(q), None)
+        vals, idx = paged_launch.paged_topk(qd, qs, to_device(cache), to_device(w), to_device(bt), to_device(cl),
+                                            topk, fmt, flavor, programs=256)
+    else:
+        with checks.values(False):
+            vals, idx = idsa.paged_indexer_topk(to_device(q), to_device(cache), to_device(w), to_device(bt),
+                                                to_device(cl), topk, fmt=fmt, fp8_flavor=flavor)
     ref = reference.paged_indexer_logits(q, cache, w, bt, cl, fmt, flavor)
     assert_paged_topk(vals, idx, ref, topk)
     live = cl.long().clamp(0, bt.shape[1] * 64).view(-1, 1)

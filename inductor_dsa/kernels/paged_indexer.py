@@ -52,6 +52,7 @@ from .select import sel_key, select_row
 PAGE = tl.constexpr(64)
 HIST_BINS = tl.constexpr(2048)  # histogram of the top 11 bits of the order-preserving key
 HIST_SHIFT = tl.constexpr(21)
+FINE_SHIFT = tl.constexpr(10)  # the fine histogram: key bits [10, 21) of the keys in the threshold bin
 
 
 @triton.jit
@@ -275,6 +276,7 @@ def paged_select_kernel(
     part_indices,  # int32, same shape: their row numbers
     histogram,  # SPLIT: int32 [B*N, HIST_COPIES, HIST_BINS] key histograms of the rows scored so far; else unused
     list_counts,  # SPLIT: int32 [B*N*S] out: entries per partial list; else unused
+    fine,  # FINE: int32 [B*N, HIST_BINS] fine histograms (zeroed) of the keys in each row's threshold bin
     N,  # query tokens per request
     G,  # token groups per request
     S,  # sequence chunks per request
@@ -289,16 +291,18 @@ def paged_select_kernel(
     BLOCK_SELECT: tl.constexpr,  # elements per step of the radix-select passes
     SPLIT: tl.constexpr,  # S > 1: partial lists of the candidates
     HIST_COPIES: tl.constexpr,  # SPLIT: copies of each row's histogram (summed here)
+    FINE: tl.constexpr,  # SPLIT in a one-wave plan (the histograms are complete): count the fine histogram
     BITS: tl.constexpr,  # radix digit width
 ):
     """One program per (work item item0 + pid // BLOCK_T, token pid % BLOCK_T) of a wave, over the
     chunk's scores in workspace slot pid // BLOCK_T. Without SPLIT (S == 1): the final sorted, padded
     top-TOPK into part (the outputs). With SPLIT: the chunk's candidates into the partial list
     part[(b*N + n) * S + s], in row order, and their count into list_counts. Candidates are the
-    scores in bins >= the row's threshold bin T (``_threshold_bin`` of its histogram: every final
+    scores in bins >= the row's threshold bin T (``_threshold`` of its histogram: every final
     winner lies there; a histogram still missing later waves' chunks gives a lower T, so a superset);
     when more than LIST_SIZE of them fall in this chunk, the list is instead the chunk's exact top
-    LIST_SIZE (``select_row``, unsorted, row order), which holds every winner the chunk can give."""
+    LIST_SIZE (``select_row``, unsorted, row order), which holds every winner the chunk can give.
+    With FINE the chunk's keys in bin T are also counted by their next 11 bits in fine[b*N + n]."""
     pid = tl.program_id(0)
     it = item0 + pid // BLOCK_T
     t = pid % BLOCK_T
@@ -315,12 +319,17 @@ def paged_select_kernel(
             at = (row * S + s) * LIST_SIZE
             src = scores + pid.to(tl.int64) * C - c0
             if SPLIT:
-                thr = _threshold_bin(histogram, row, TOPK, HIST_COPIES)
+                thr = _threshold(_row_histogram(histogram, row, HIST_COPIES), TOPK)[0]
                 taken = tl.zeros((), tl.int32)
                 for j0 in range(c0, c1, BLOCK_SELECT):
                     j = j0 + tl.arange(0, BLOCK_SELECT)
                     x = tl.load(src + j, mask=j < c1, other=0.0)
-                    take = (j < c1) & ((sel_key(x) >> HIST_SHIFT).to(tl.int32) >= thr)
+                    key = sel_key(x)
+                    take = (j < c1) & ((key >> HIST_SHIFT).to(tl.int32) >= thr)
+                    if FINE:
+                        sub = ((key >> FINE_SHIFT) & (HIST_BINS - 1)).to(tl.int32)
+                        tl.atomic_add(fine + row * HIST_BINS + sub, 1,
+                                      mask=(j < c1) & ((key >> HIST_SHIFT).to(tl.int32) == thr), sem="relaxed")
                     pos = taken + tl.cumsum(take.to(tl.int32), 0) - 1
                     tl.store(part_values + at + pos, x, mask=take & (pos < LIST_SIZE))
                     tl.store(part_indices + at + pos, j, mask=take & (pos < LIST_SIZE))
@@ -338,13 +347,23 @@ def paged_select_kernel(
 
 
 @triton.jit
-def _threshold_bin(histogram, row, TOPK, COPIES: tl.constexpr):
-    """Largest bin T with at least TOPK counted keys in bins >= T (0 when there are fewer), over the
-    sum of the row's COPIES histograms."""
+def _row_histogram(histogram, row, COPIES: tl.constexpr):
+    """The sum of the row's COPIES key histograms (one copy in registers at a time: [8, 2048] at
+    once spilled on sm90 under triton 3.6)."""
+    at = histogram + row * COPIES * HIST_BINS + tl.arange(0, HIST_BINS)
+    h = tl.load(at)
+    for c in tl.static_range(1, COPIES):
+        h += tl.load(at + c * HIST_BINS)
+    return h
+
+
+@triton.jit
+def _threshold(h, k):
+    """(T, above) of histogram h: the largest bin T with at least k counts in bins >= T (0 when
+    there are fewer), and the counts in bins > T."""
     bins = tl.arange(0, HIST_BINS)
-    h = tl.load(histogram + (row * COPIES + tl.arange(0, COPIES))[:, None] * HIST_BINS + bins[None, :])
-    at_least = tl.cumsum(tl.sum(h, 0), 0, reverse=True)
-    return tl.max(tl.where(at_least >= TOPK, bins, 0), 0)
+    t = tl.max(tl.where(tl.cumsum(h, 0, reverse=True) >= k, bins, 0), 0)
+    return t, tl.sum(tl.where(bins > t, h, 0), 0)
 
 
 @triton.jit
@@ -356,9 +375,11 @@ def zero_kernel(buf, n, BLOCK: tl.constexpr):
 
 @triton.jit
 def paged_final_kernel(
-    part_values,  # fp32 [B*N*S, LIST_SIZE] filtered partial lists
+    part_values,  # fp32 [B*N*S, LIST_SIZE] partial lists
     part_indices,  # int32, same shape: their row numbers
     list_counts,  # int32 [B*N*S] entries per list
+    histogram,  # FINE: int32 [B*N, HIST_COPIES, HIST_BINS] key histograms; else unused
+    fine,  # FINE: int32 [B*N, HIST_BINS] fine histograms of the threshold bins; else unused
     cand_values,  # fp32 [B*N, S * LIST_SIZE] scratch: the row's concatenated lists
     cand_indices,  # int32, same shape
     out_values,  # fp32 [B*N, TOPK] out
@@ -370,23 +391,43 @@ def paged_final_kernel(
     BLOCK_SELECT: tl.constexpr,  # elements per step of the radix-select passes
     S_P2: tl.constexpr,  # next power of two of S
     BLOCK_COPY: tl.constexpr,  # entries per list copied per step
+    HIST_COPIES: tl.constexpr,  # copies of each row's key histogram
+    FINE: tl.constexpr,  # the fine histograms are counted (one-wave plans)
     BITS: tl.constexpr,  # radix digit width
 ):
-    """One program per token row: concatenate its S filtered lists (row order kept) into
-    cand[row] and select the final sorted, padded top-TOPK from them."""
+    """One program per token row: concatenate its S lists (row order kept) into cand[row] and
+    select the final sorted, padded top-TOPK from them. With FINE only the entries whose top 22
+    key bits reach the k-th largest key's, (T << 11) | T2, are copied: T from the key histogram,
+    T2 the fine histogram's threshold for the TOPK - (keys above bin T) still needed from bin T
+    (about TOPK candidates instead of TOPK plus bin T's population)."""
     row = tl.program_id(0).to(tl.int64)
     sl = tl.arange(0, S_P2)
     c = tl.load(list_counts + row * S + sl, mask=sl < S, other=0)
-    off = tl.cumsum(c, 0) - c
-    total = tl.sum(c, 0)
+    lo = tl.zeros((), tl.uint32)
+    if FINE:
+        t1, above = _threshold(_row_histogram(histogram, row, HIST_COPIES), TOPK)
+        t2 = _threshold(tl.load(fine + row * HIST_BINS + tl.arange(0, HIST_BINS)), TOPK - above)[0]
+        lo = ((t1 << 11) | t2).to(tl.uint32)
     src = row * S * LIST_SIZE
+    kept = tl.zeros((S_P2,), tl.int32)  # entries of each list at or above lo
+    for i0 in range(0, tl.max(c, 0), BLOCK_COPY):
+        i = i0 + tl.arange(0, BLOCK_COPY)
+        m = i[None, :] < c[:, None]
+        pv = tl.load(part_values + src + sl[:, None] * LIST_SIZE + i[None, :], mask=m, other=0.0)
+        kept += tl.sum((m & ((sel_key(pv) >> FINE_SHIFT) >= lo)).to(tl.int32), 1)
+    off = tl.cumsum(kept, 0) - kept
+    total = tl.sum(kept, 0)
+    seen = tl.zeros((S_P2,), tl.int32)
     for i0 in range(0, tl.max(c, 0), BLOCK_COPY):
         i = i0 + tl.arange(0, BLOCK_COPY)
         m = i[None, :] < c[:, None]
         pv = tl.load(part_values + src + sl[:, None] * LIST_SIZE + i[None, :], mask=m, other=0.0)
         pi = tl.load(part_indices + src + sl[:, None] * LIST_SIZE + i[None, :], mask=m, other=0)
-        tl.store(cand_values + src + off[:, None] + i[None, :], pv, mask=m)
-        tl.store(cand_indices + src + off[:, None] + i[None, :], pi, mask=m)
+        keep = m & ((sel_key(pv) >> FINE_SHIFT) >= lo)
+        pos = off[:, None] + seen[:, None] + tl.cumsum(keep.to(tl.int32), 1) - 1
+        tl.store(cand_values + src + pos, pv, mask=keep)
+        tl.store(cand_indices + src + pos, pi, mask=keep)
+        seen += tl.sum(keep.to(tl.int32), 1)
     tl.debug_barrier()
     select_row(cand_values + src, 0, total, out_values + row * TOPK, out_indices + row * TOPK, TOPK, TOPK_P2,
                BLOCK_SELECT,

@@ -225,11 +225,13 @@ def _topk_plan(q, q_scale, kv_cache, block_table, topk, fmt, fp8_flavor, program
     if rows * copies * HIST_BINS.value >= 2**31:  # paged_scores_kernel's int32 histogram offsets
         raise ValueError(f"paged_indexer_topk: batch x query tokens = {rows} is too large for one call "
                          f"(at most {2**31 // (copies * HIST_BINS.value) - 1} here); split the batch")
+    fine = split and items <= nprog  # one wave: the select kernel reads complete histograms
     listed = rows * plan.splits * plan.kp if split else 0  # entries of one partial-list array
     # the score workspace is dead after the last wave: the final merge's candidates reuse it
     regions = dict(scores=max(nprog * nt * plan.chunk, _align(listed) + listed))
     if split:
-        regions.update(part_values=listed, part_indices=listed, histogram=rows * copies * HIST_BINS.value,
+        # the key histograms, then the fine ones (one zeroing launch)
+        regions.update(part_values=listed, part_indices=listed, histogram=rows * (copies + 1) * HIST_BINS.value,
                        list_counts=rows * plan.splits)
     offsets, words = {}, 0
     for name, size in regions.items():
@@ -239,8 +241,8 @@ def _topk_plan(q, q_scale, kv_cache, block_table, topk, fmt, fp8_flavor, program
     kp_p2 = next_pow2(plan.kp)
     launches = []
     if split:
-        hist_words = rows * copies * HIST_BINS.value
-        launches.append(Launch(zero_kernel, (cdiv(hist_words, ZERO_BLOCK),), dict(num_warps=4), buf=Arg("histogram"),
+        hist_words = rows * (copies + fine) * HIST_BINS.value
+        launches.append(Launch(zero_kernel, (cdiv(hist_words, ZERO_BLOCK),), dict(num_warps=4), buf=Arg("hist_all"),
                                n=hist_words, BLOCK=ZERO_BLOCK))
     dummy = Arg("out_indices")  # an operand the kernel does not read in this configuration
     for item0 in range(0, items, nprog):
@@ -253,18 +255,23 @@ def _topk_plan(q, q_scale, kv_cache, block_table, topk, fmt, fp8_flavor, program
             context_lens=Arg("context_lens"), part_values=Arg("part_values" if split else "out_values"),
             part_indices=Arg("part_indices" if split else "out_indices"),
             histogram=Arg("histogram") if split else dummy, list_counts=Arg("list_counts") if split else dummy,
-            N=n, G=g, S=plan.splits, C=plan.chunk, item0=item0, n_items=items, max_pages=max_pages, TOPK=topk,
+            fine=Arg("fine") if fine else dummy, N=n, G=g, S=plan.splits, C=plan.chunk, item0=item0, n_items=items, max_pages=max_pages, TOPK=topk,
             BLOCK_T=nt, LIST_SIZE=plan.kp, LIST_SIZE_P2=kp_p2, BLOCK_SELECT=cfg.ch, SPLIT=split, HIST_COPIES=max(copies, 1),
-            BITS=cfg.bits))
+            FINE=fine, BITS=cfg.bits))
     if split:
         s_p2 = next_pow2(plan.splits)
         launches.append(Launch(
             paged_final_kernel, (rows,), dict(num_warps=cfg.final_warps), part_values=Arg("part_values"),
-            part_indices=Arg("part_indices"), list_counts=Arg("list_counts"), cand_values=Arg("scores"),
+            part_indices=Arg("part_indices"), list_counts=Arg("list_counts"), histogram=Arg("histogram"),
+            fine=Arg("fine") if fine else dummy, cand_values=Arg("scores"),
             cand_indices=Arg("cand_indices"), out_values=Arg("out_values"), out_indices=Arg("out_indices"),
             S=plan.splits, LIST_SIZE=plan.kp, TOPK=topk, TOPK_P2=next_pow2(topk), BLOCK_SELECT=cfg.ch, S_P2=s_p2,
-            BLOCK_COPY=max(1, FINAL_TILE // s_p2), BITS=cfg.bits))
+            BLOCK_COPY=max(1, FINAL_TILE // s_p2), HIST_COPIES=copies, FINE=fine, BITS=cfg.bits))
         offsets["cand_indices"] = (_align(listed), listed)  # inside scores
+        at = offsets["histogram"][0]
+        offsets["histogram"] = (at, rows * copies * HIST_BINS.value)
+        offsets["fine"] = (at + rows * copies * HIST_BINS.value, rows * HIST_BINS.value)
+        offsets["hist_all"] = (at, rows * (copies + fine) * HIST_BINS.value)  # what zero_kernel clears
     regions = tuple((name, "scores", at, size, torch.float32 if name == "part_values" else torch.int32)
                     for name, (at, size) in offsets.items() if name != "scores")
     return TopkPlan(cfg, plan, nprog, words, regions, tuple(launches))
@@ -368,7 +375,7 @@ def _aligned(fn, sig, ints=("stride_page", "C")):
 _POINTERS = dict(q="*bf16", q_scale="*bf16", weights="*bf16", kv_cache="*u8", table="*fp32", block_table="*i32", context_lens="*i32",
                  out="*fp32", scores="*fp32", part_values="*fp32", part_indices="*i32", histogram="*i32",
                  list_counts="*i32", cand_values="*fp32", cand_indices="*i32", out_values="*fp32", out_indices="*i32",
-                 bad_counts="*i32", row_start="*i64", out_payload="*u8", out_scales="*u8", buf="*i32")
+                 bad_counts="*i32", row_start="*i64", out_payload="*u8", out_scales="*u8", buf="*i32", fine="*i32")
 
 
 _Q_POINTER = {torch.bfloat16: "*bf16", torch.float16: "*fp16", torch.float32: "*fp32"}
@@ -411,16 +418,17 @@ def aot_variants(target: str, cfg: configs.PagedConfig, head_dim: int = 128, hea
     for nt in (1, 4):
         for topk, split, copies in ((512, False, 1), (1024, True, 1), (2048, True, HIST_COPIES_MAX)):
             consts = dict(BLOCK_T=nt, LIST_SIZE=topk, LIST_SIZE_P2=next_pow2(topk), BLOCK_SELECT=cfg.ch, SPLIT=split,
-                          HIST_COPIES=copies, BITS=cfg.bits)
+                          HIST_COPIES=copies, FINE=split, BITS=cfg.bits)
             sig = _signature(paged_select_kernel, consts)
             yield (f"paged_select[NT={nt} topk={topk}{f' split, histogram x{copies}' if split else ''}]",
                    paged_select_kernel, sig, consts, mopts, _aligned(paged_select_kernel, sig))
     for topk in (512, 1024, 2048):
         s_p2 = 256
         consts = dict(LIST_SIZE=topk, TOPK=topk, TOPK_P2=next_pow2(topk), BLOCK_SELECT=cfg.ch, S_P2=s_p2,
-                      BLOCK_COPY=max(1, FINAL_TILE // s_p2), BITS=cfg.bits)
+                      BLOCK_COPY=max(1, FINAL_TILE // s_p2), HIST_COPIES=HIST_COPIES_MAX if topk == 2048 else 1,
+                      FINE=topk != 1024, BITS=cfg.bits)
         sig = _signature(paged_final_kernel, consts)
-        yield (f"paged_merge_final[topk={topk} S<=256]", paged_final_kernel, sig, consts,
+        yield (f"paged_merge_final[topk={topk} S<=256{', fine' if consts['FINE'] else ''}]", paged_final_kernel, sig, consts,
                dict(num_warps=cfg.final_warps), _aligned(paged_final_kernel, sig))
     consts = dict(BLOCK=ZERO_BLOCK)
     sig = _signature(zero_kernel, consts)
