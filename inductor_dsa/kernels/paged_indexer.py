@@ -325,11 +325,11 @@ def paged_select_kernel(
                     j = j0 + tl.arange(0, BLOCK_SELECT)
                     x = tl.load(src + j, mask=j < c1, other=0.0)
                     key = sel_key(x)
-                    take = (j < c1) & ((key >> HIST_SHIFT).to(tl.int32) >= thr)
+                    bin = (key >> HIST_SHIFT).to(tl.int32)
+                    take = (j < c1) & (bin >= thr)
                     if FINE:
                         sub = ((key >> FINE_SHIFT) & (HIST_BINS - 1)).to(tl.int32)
-                        tl.atomic_add(fine + row * HIST_BINS + sub, 1,
-                                      mask=(j < c1) & ((key >> HIST_SHIFT).to(tl.int32) == thr), sem="relaxed")
+                        tl.atomic_add(fine + row * HIST_BINS + sub, 1, mask=(j < c1) & (bin == thr), sem="relaxed")
                     pos = taken + tl.cumsum(take.to(tl.int32), 0) - 1
                     tl.store(part_values + at + pos, x, mask=take & (pos < LIST_SIZE))
                     tl.store(part_indices + at + pos, j, mask=take & (pos < LIST_SIZE))
@@ -409,20 +409,23 @@ def paged_final_kernel(
         t2 = _threshold(tl.load(fine + row * HIST_BINS + tl.arange(0, HIST_BINS)), TOPK - above)[0]
         lo = ((t1 << 11) | t2).to(tl.uint32)
     src = row * S * LIST_SIZE
-    kept = tl.zeros((S_P2,), tl.int32)  # entries of each list at or above lo
-    for i0 in range(0, tl.max(c, 0), BLOCK_COPY):
-        i = i0 + tl.arange(0, BLOCK_COPY)
-        m = i[None, :] < c[:, None]
-        pv = tl.load(part_values + src + sl[:, None] * LIST_SIZE + i[None, :], mask=m, other=0.0)
-        kept += tl.sum((m & ((sel_key(pv) >> FINE_SHIFT) >= lo)).to(tl.int32), 1)
+    lists = src + sl[:, None] * LIST_SIZE  # list starts, [S_P2, 1]
+    kept = c  # entries of each list at or above lo: all of them without FINE (lo = 0)
+    if FINE:  # counted first: they place each list's survivors
+        kept = tl.zeros((S_P2,), tl.int32)
+        for i0 in range(0, tl.max(c, 0), BLOCK_COPY):
+            i = i0 + tl.arange(0, BLOCK_COPY)
+            m = i[None, :] < c[:, None]
+            pv = tl.load(part_values + lists + i[None, :], mask=m, other=0.0)
+            kept += tl.sum((m & ((sel_key(pv) >> FINE_SHIFT) >= lo)).to(tl.int32), 1)
     off = tl.cumsum(kept, 0) - kept
     total = tl.sum(kept, 0)
     seen = tl.zeros((S_P2,), tl.int32)
     for i0 in range(0, tl.max(c, 0), BLOCK_COPY):
         i = i0 + tl.arange(0, BLOCK_COPY)
         m = i[None, :] < c[:, None]
-        pv = tl.load(part_values + src + sl[:, None] * LIST_SIZE + i[None, :], mask=m, other=0.0)
-        pi = tl.load(part_indices + src + sl[:, None] * LIST_SIZE + i[None, :], mask=m, other=0)
+        pv = tl.load(part_values + lists + i[None, :], mask=m, other=0.0)
+        pi = tl.load(part_indices + lists + i[None, :], mask=m, other=0)
         keep = m & ((sel_key(pv) >> FINE_SHIFT) >= lo)
         pos = off[:, None] + seen[:, None] + tl.cumsum(keep.to(tl.int32), 1) - 1
         tl.store(cand_values + src + pos, pv, mask=keep)

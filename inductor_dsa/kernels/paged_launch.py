@@ -222,7 +222,8 @@ def _topk_plan(q, q_scale, kv_cache, block_table, topk, fmt, fp8_flavor, program
     nt, rows = args["BLOCK_T"], b * n
     split = plan.splits > 1
     copies = hist_copies(max_pages * PAGE_ROWS, cfg) if split else 0
-    if rows * copies * HIST_BINS.value >= 2**31:  # paged_scores_kernel's int32 histogram offsets
+    hist_words = rows * copies * HIST_BINS.value
+    if hist_words >= 2**31:  # paged_scores_kernel's int32 histogram offsets
         raise ValueError(f"paged_indexer_topk: batch x query tokens = {rows} is too large for one call "
                          f"(at most {2**31 // (copies * HIST_BINS.value) - 1} here); split the batch")
     fine = split and items <= nprog  # one wave: the select kernel reads complete histograms
@@ -230,8 +231,8 @@ def _topk_plan(q, q_scale, kv_cache, block_table, topk, fmt, fp8_flavor, program
     # the score workspace is dead after the last wave: the final merge's candidates reuse it
     regions = dict(scores=max(nprog * nt * plan.chunk, _align(listed) + listed))
     if split:
-        # the key histograms, then the fine ones (one zeroing launch)
-        regions.update(part_values=listed, part_indices=listed, histogram=rows * (copies + 1) * HIST_BINS.value,
+        # the key histograms, then (one wave) the fine ones: zeroed together by one launch
+        regions.update(part_values=listed, part_indices=listed, hist_all=hist_words + fine * rows * HIST_BINS.value,
                        list_counts=rows * plan.splits)
     offsets, words = {}, 0
     for name, size in regions.items():
@@ -241,9 +242,9 @@ def _topk_plan(q, q_scale, kv_cache, block_table, topk, fmt, fp8_flavor, program
     kp_p2 = next_pow2(plan.kp)
     launches = []
     if split:
-        hist_words = rows * (copies + fine) * HIST_BINS.value
-        launches.append(Launch(zero_kernel, (cdiv(hist_words, ZERO_BLOCK),), dict(num_warps=4), buf=Arg("hist_all"),
-                               n=hist_words, BLOCK=ZERO_BLOCK))
+        n_zero = regions["hist_all"]
+        launches.append(Launch(zero_kernel, (cdiv(n_zero, ZERO_BLOCK),), dict(num_warps=4), buf=Arg("hist_all"),
+                               n=n_zero, BLOCK=ZERO_BLOCK))
     dummy = Arg("out_indices")  # an operand the kernel does not read in this configuration
     for item0 in range(0, items, nprog):
         wave = min(nprog, items - item0)
@@ -256,7 +257,7 @@ def _topk_plan(q, q_scale, kv_cache, block_table, topk, fmt, fp8_flavor, program
             part_indices=Arg("part_indices" if split else "out_indices"),
             histogram=Arg("histogram") if split else dummy, list_counts=Arg("list_counts") if split else dummy,
             fine=Arg("fine") if fine else dummy, N=n, G=g, S=plan.splits, C=plan.chunk, item0=item0, n_items=items, max_pages=max_pages, TOPK=topk,
-            BLOCK_T=nt, LIST_SIZE=plan.kp, LIST_SIZE_P2=kp_p2, BLOCK_SELECT=cfg.ch, SPLIT=split, HIST_COPIES=max(copies, 1),
+            BLOCK_T=nt, LIST_SIZE=plan.kp, LIST_SIZE_P2=kp_p2, BLOCK_SELECT=cfg.ch, SPLIT=split, HIST_COPIES=copies,
             FINE=fine, BITS=cfg.bits))
     if split:
         s_p2 = next_pow2(plan.splits)
@@ -268,10 +269,10 @@ def _topk_plan(q, q_scale, kv_cache, block_table, topk, fmt, fp8_flavor, program
             S=plan.splits, LIST_SIZE=plan.kp, TOPK=topk, TOPK_P2=next_pow2(topk), BLOCK_SELECT=cfg.ch, S_P2=s_p2,
             BLOCK_COPY=max(1, FINAL_TILE // s_p2), HIST_COPIES=copies, FINE=fine, BITS=cfg.bits))
         offsets["cand_indices"] = (_align(listed), listed)  # inside scores
-        at = offsets["histogram"][0]
-        offsets["histogram"] = (at, rows * copies * HIST_BINS.value)
-        offsets["fine"] = (at + rows * copies * HIST_BINS.value, rows * HIST_BINS.value)
-        offsets["hist_all"] = (at, rows * (copies + fine) * HIST_BINS.value)  # what zero_kernel clears
+        at = offsets["hist_all"][0]
+        offsets["histogram"] = (at, hist_words)
+        if fine:
+            offsets["fine"] = (at + hist_words, rows * HIST_BINS.value)
     regions = tuple((name, "scores", at, size, torch.float32 if name == "part_values" else torch.int32)
                     for name, (at, size) in offsets.items() if name != "scores")
     return TopkPlan(cfg, plan, nprog, words, regions, tuple(launches))
