@@ -236,6 +236,9 @@ class PagedConfig:
                           # H200 B=1 L=262144 top-1024 25 -> 19 us from 4 warps (16: 18)
     bits: int = 8       # radix digit width of the chunk select and the final merge
     hist_span: int = 131072  # context rows per copy of a token row's key histogram (paged_launch.hist_copies)
+    rank_rows: int = 2  # at most this many token rows (split): the final merge's winners are placed by
+                        # rank_sort_kernel, many programs per row (SelectConfig's rank_slice / rank_warps).
+                        # H100, replay: B=1 L=2**20 top-2048 157 -> 131 us; B=8 L=262144 top-1024 201 -> 206
     extra: dict = field(default_factory=dict)  # backend-specific knobs
 
 

@@ -19,7 +19,8 @@ context reads as a zero row, score 0), so no data value can cause an out-of-boun
 Top-k. Work items are (request, token group, sequence chunk of C rows); a request's rows are
 split into S chunks so that B x S items fill the GPU even at B = 1. The launcher runs the items in
 waves of at most P (P = multiprocessors x progs_per_sm). With S > 1 it first zeroes an 11-bit
-key histogram per token row (``zero_kernel``); then per wave
+key histogram per token row (``select_hist.zero_kernel``; kernels/select_hist.py holds the
+histogram select); then per wave
 
   ``paged_scores_kernel`` (one program per item) writes the chunk's BLOCK_T x C scores into
     workspace slot p of the wave (P x BLOCK_T x C fp32 in all, L2-sized; the [B, N, L] logits
@@ -29,15 +30,18 @@ key histogram per token row (``zero_kernel``); then per wave
     radix select writes the final sorted, padded top-k. With S > 1 the row's threshold bin T (the
     bin of its k-th largest key, from the histogram) bounds the winners: one pass copies the
     chunk's scores in bins >= T, in row order, into its partial list (typically k/S plus a bin's
-    worth), falling back to the chunk's exact top min(k, C) when more than that many pass.
+    worth), falling back to the chunk's exact top min(k, C) when more than that many pass
+    (``select_hist.chunk_list``).
 
 Scores and selection are separate kernels: the score loop wants registers (decode + dot), the
 select is latency-bound and wants many light programs; fused (one persistent kernel, as first
 written) the gfx942 build spilled ~230 SGPRs. After the last wave, when S > 1:
 
-  ``paged_final_kernel`` (one program per token): concatenates the partial lists (row order is
-    preserved, so position order is row order) and runs ``select_row`` over those candidates with
-    their row numbers as ``src_idx``: typically k plus one bin's worth instead of S x k.
+  ``select_hist.list_merge_kernel`` (one program per token): concatenates the partial lists (row
+    order is preserved, so position order is row order) and runs ``select_row`` over those
+    candidates with their row numbers as indices: typically k plus one bin's worth instead of S x k
+    (in one-wave plans about k: the fine cut); for at most ``PagedConfig.rank_rows`` token rows
+    ``select_chunked.rank_sort_kernel`` then places the winners from many programs.
 
 Ties: each select keeps the lowest rows among equal scores and the final sort orders ties by
 row, so the result equals a stable descending sort (the oracle), whatever the split.
@@ -48,11 +52,9 @@ import triton.language as tl
 from .decode import FMT_FP8_NATIVE, FMT_MXFP4, e4m3_bytes_to_f32, mxfp4_rows_mma
 from .indexer import query_tile, score_rows
 from .select import sel_key, select_row
+from .select_hist import HIST_BINS, HIST_SHIFT, chunk_list
 
 PAGE = tl.constexpr(64)
-HIST_BINS = tl.constexpr(2048)  # histogram of the top 11 bits of the order-preserving key
-HIST_SHIFT = tl.constexpr(21)
-FINE_SHIFT = tl.constexpr(10)  # the fine histogram: key bits [10, 21) of the keys in the threshold bin
 
 
 @triton.jit
@@ -298,7 +300,7 @@ def paged_select_kernel(
     chunk's scores in workspace slot pid // BLOCK_T. Without SPLIT (S == 1): the final sorted, padded
     top-TOPK into part (the outputs). With SPLIT: the chunk's candidates into the partial list
     part[(b*N + n) * S + s], in row order, and their count into list_counts. Candidates are the
-    scores in bins >= the row's threshold bin T (``_threshold`` of its histogram: every final
+    scores in bins >= the row's threshold bin T (``select_hist.threshold`` of its histogram: every final
     winner lies there; a histogram still missing later waves' chunks gives a lower T, so a superset);
     when more than LIST_SIZE of them fall in this chunk, the list is instead the chunk's exact top
     LIST_SIZE (``select_row``, unsorted, row order), which holds every winner the chunk can give.
@@ -319,122 +321,14 @@ def paged_select_kernel(
             at = (row * S + s) * LIST_SIZE
             src = scores + pid.to(tl.int64) * C - c0
             if SPLIT:
-                thr = _threshold(_row_histogram(histogram, row, HIST_COPIES), TOPK)[0]
-                taken = tl.zeros((), tl.int32)
-                for j0 in range(c0, c1, BLOCK_SELECT):
-                    j = j0 + tl.arange(0, BLOCK_SELECT)
-                    x = tl.load(src + j, mask=j < c1, other=0.0)
-                    key = sel_key(x)
-                    bin = (key >> HIST_SHIFT).to(tl.int32)
-                    take = (j < c1) & (bin >= thr)
-                    if FINE:
-                        sub = ((key >> FINE_SHIFT) & (HIST_BINS - 1)).to(tl.int32)
-                        tl.atomic_add(fine + row * HIST_BINS + sub, 1, mask=(j < c1) & (bin == thr), sem="relaxed")
-                    pos = taken + tl.cumsum(take.to(tl.int32), 0) - 1
-                    tl.store(part_values + at + pos, x, mask=take & (pos < LIST_SIZE))
-                    tl.store(part_indices + at + pos, j, mask=take & (pos < LIST_SIZE))
-                    taken += tl.sum(take.to(tl.int32), 0)
-                if taken > LIST_SIZE:
-                    tl.debug_barrier()
-                    select_row(src, c0, c1, part_values + at, part_indices + at, LIST_SIZE, LIST_SIZE_P2,
-                               BLOCK_SELECT, False, BITS=BITS)
-                    taken = LIST_SIZE
+                taken = chunk_list(src, c0, c1, histogram + row * HIST_COPIES * HIST_BINS, fine + row * HIST_BINS,
+                                   part_values + at, part_indices + at, TOPK, LIST_SIZE, LIST_SIZE_P2, BLOCK_SELECT,
+                                   HIST_COPIES, FINE, BITS)
                 tl.store(list_counts + row * S + s, taken)
             else:
                 # S = 1 resolves every digit: with the early exit ptxas spills 8 B here on sm90
                 select_row(src, c0, c1, part_values + at, part_indices + at, LIST_SIZE, LIST_SIZE_P2, BLOCK_SELECT,
                            True, BITS=BITS, EARLY_EXIT=False)
-
-
-@triton.jit
-def _row_histogram(histogram, row, COPIES: tl.constexpr):
-    """The sum of the row's COPIES key histograms (one copy in registers at a time: [8, 2048] at
-    once spilled on sm90 under triton 3.6)."""
-    at = histogram + row * COPIES * HIST_BINS + tl.arange(0, HIST_BINS)
-    h = tl.load(at)
-    for c in tl.static_range(1, COPIES):
-        h += tl.load(at + c * HIST_BINS)
-    return h
-
-
-@triton.jit
-def _threshold(h, k):
-    """(T, above) of histogram h: the largest bin T with at least k counts in bins >= T (0 when
-    there are fewer), and the counts in bins > T."""
-    bins = tl.arange(0, HIST_BINS)
-    t = tl.max(tl.where(tl.cumsum(h, 0, reverse=True) >= k, bins, 0), 0)
-    return t, tl.sum(tl.where(bins > t, h, 0), 0)
-
-
-@triton.jit
-def zero_kernel(buf, n, BLOCK: tl.constexpr):
-    """buf[0:n] = 0 (int32), BLOCK words per program."""
-    i = tl.program_id(0).to(tl.int64) * BLOCK + tl.arange(0, BLOCK)
-    tl.store(buf + i, tl.zeros((BLOCK,), tl.int32), mask=i < n)
-
-
-@triton.jit
-def paged_final_kernel(
-    part_values,  # fp32 [B*N*S, LIST_SIZE] partial lists
-    part_indices,  # int32, same shape: their row numbers
-    list_counts,  # int32 [B*N*S] entries per list
-    histogram,  # FINE: int32 [B*N, HIST_COPIES, HIST_BINS] key histograms; else unused
-    fine,  # FINE: int32 [B*N, HIST_BINS] fine histograms of the threshold bins; else unused
-    cand_values,  # fp32 [B*N, S * LIST_SIZE] scratch: the row's concatenated lists
-    cand_indices,  # int32, same shape
-    out_values,  # fp32 [B*N, TOPK] out
-    out_indices,  # int32 [B*N, TOPK] out
-    S,  # sequence chunks per request
-    LIST_SIZE: tl.constexpr,  # entries per partial list
-    TOPK: tl.constexpr,  # k of the top-k
-    TOPK_P2: tl.constexpr,  # next power of two of TOPK
-    BLOCK_SELECT: tl.constexpr,  # elements per step of the radix-select passes
-    S_P2: tl.constexpr,  # next power of two of S
-    BLOCK_COPY: tl.constexpr,  # entries per list copied per step
-    HIST_COPIES: tl.constexpr,  # copies of each row's key histogram
-    FINE: tl.constexpr,  # the fine histograms are counted (one-wave plans)
-    BITS: tl.constexpr,  # radix digit width
-):
-    """One program per token row: concatenate its S lists (row order kept) into cand[row] and
-    select the final sorted, padded top-TOPK from them. With FINE only the entries whose top 22
-    key bits reach the k-th largest key's, (T << 11) | T2, are copied: T from the key histogram,
-    T2 the fine histogram's threshold for the TOPK - (keys above bin T) still needed from bin T
-    (about TOPK candidates instead of TOPK plus bin T's population)."""
-    row = tl.program_id(0).to(tl.int64)
-    sl = tl.arange(0, S_P2)
-    c = tl.load(list_counts + row * S + sl, mask=sl < S, other=0)
-    lo = tl.zeros((), tl.uint32)
-    if FINE:
-        t1, above = _threshold(_row_histogram(histogram, row, HIST_COPIES), TOPK)
-        t2 = _threshold(tl.load(fine + row * HIST_BINS + tl.arange(0, HIST_BINS)), TOPK - above)[0]
-        lo = ((t1 << 11) | t2).to(tl.uint32)
-    src = row * S * LIST_SIZE
-    lists = src + sl[:, None] * LIST_SIZE  # list starts, [S_P2, 1]
-    kept = c  # entries of each list at or above lo: all of them without FINE (lo = 0)
-    if FINE:  # counted first: they place each list's survivors
-        kept = tl.zeros((S_P2,), tl.int32)
-        for i0 in range(0, tl.max(c, 0), BLOCK_COPY):
-            i = i0 + tl.arange(0, BLOCK_COPY)
-            m = i[None, :] < c[:, None]
-            pv = tl.load(part_values + lists + i[None, :], mask=m, other=0.0)
-            kept += tl.sum((m & ((sel_key(pv) >> FINE_SHIFT) >= lo)).to(tl.int32), 1)
-    off = tl.cumsum(kept, 0) - kept
-    total = tl.sum(kept, 0)
-    seen = tl.zeros((S_P2,), tl.int32)
-    for i0 in range(0, tl.max(c, 0), BLOCK_COPY):
-        i = i0 + tl.arange(0, BLOCK_COPY)
-        m = i[None, :] < c[:, None]
-        pv = tl.load(part_values + lists + i[None, :], mask=m, other=0.0)
-        pi = tl.load(part_indices + lists + i[None, :], mask=m, other=0)
-        keep = m & ((sel_key(pv) >> FINE_SHIFT) >= lo)
-        pos = off[:, None] + seen[:, None] + tl.cumsum(keep.to(tl.int32), 1) - 1
-        tl.store(cand_values + src + pos, pv, mask=keep)
-        tl.store(cand_indices + src + pos, pi, mask=keep)
-        seen += tl.sum(keep.to(tl.int32), 1)
-    tl.debug_barrier()
-    select_row(cand_values + src, 0, total, out_values + row * TOPK, out_indices + row * TOPK, TOPK, TOPK_P2,
-               BLOCK_SELECT,
-               True, cand_indices + src, BITS)
 
 
 @triton.jit

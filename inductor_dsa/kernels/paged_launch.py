@@ -17,11 +17,13 @@ from .fastlaunch import Arg, Launch
 from .host import cdiv, next_pow2
 from ..formats import PAGE_ROWS
 from .decode import FMT_FP8_BYTES, FMT_FP8_NATIVE, FMT_MXFP4, FMT_TENSOR
-from .paged_indexer import (HIST_BINS, paged_check_kernel, paged_final_kernel, paged_gather_kernel,
-                            paged_scores_kernel, paged_select_kernel, zero_kernel)
+from .paged_indexer import paged_check_kernel, paged_gather_kernel, paged_scores_kernel, paged_select_kernel
+from .select_chunked import rank_sort_kernel
+from .select_hist import HIST_BINS, list_merge_kernel, zero_kernel
 
 S_MAX = 512            # most sequence chunks per request (the final kernel holds S counts in registers)
-FINAL_TILE = 4096      # elements per copy step in paged_final_kernel
+FINAL_TILE = 2048      # elements per copy step in list_merge_kernel (4096: 8 B spilled on sm90 once the
+                       # ranked merge left its sort out: ptxas capped it at 128 registers)
 GATHER_ROWS = 64
 ZERO_BLOCK = 1024      # words per program of zero_kernel
 HIST_COPIES_MAX = 8
@@ -230,10 +232,13 @@ def _topk_plan(q, q_scale, kv_cache, block_table, topk, fmt, fp8_flavor, program
     listed = rows * plan.splits * plan.kp if split else 0  # entries of one partial-list array
     # the score workspace is dead after the last wave: the final merge's candidates reuse it
     regions = dict(scores=max(nprog * nt * plan.chunk, _align(listed) + listed))
+    ranked = split and rows <= cfg.rank_rows  # the final merge's winners placed by rank_sort_kernel
     if split:
         # the key histograms, then (one wave) the fine ones: zeroed together by one launch
         regions.update(part_values=listed, part_indices=listed, hist_all=hist_words + fine * rows * HIST_BINS.value,
                        list_counts=rows * plan.splits)
+    if ranked:  # the unsorted winners (key bits, indices) and each row's range of them
+        regions.update(win_keys=rows * topk, win_indices=rows * topk, rank_bounds=2 * rows)
     offsets, words = {}, 0
     for name, size in regions.items():
         offsets[name] = (words, size)
@@ -262,17 +267,28 @@ def _topk_plan(q, q_scale, kv_cache, block_table, topk, fmt, fp8_flavor, program
     if split:
         s_p2 = next_pow2(plan.splits)
         launches.append(Launch(
-            paged_final_kernel, (rows,), dict(num_warps=cfg.final_warps), part_values=Arg("part_values"),
+            list_merge_kernel, (rows,), dict(num_warps=cfg.final_warps), part_values=Arg("part_values"),
             part_indices=Arg("part_indices"), list_counts=Arg("list_counts"), histogram=Arg("histogram"),
-            fine=Arg("fine") if fine else dummy, cand_values=Arg("scores"),
-            cand_indices=Arg("cand_indices"), out_values=Arg("out_values"), out_indices=Arg("out_indices"),
+            fine=Arg("fine") if fine else dummy, cand_values=Arg("scores"), cand_indices=Arg("cand_indices"),
+            out_values=Arg("win_keys" if ranked else "out_values"),
+            out_indices=Arg("win_indices" if ranked else "out_indices"),
+            rank_bounds=Arg("rank_bounds") if ranked else dummy,
             S=plan.splits, LIST_SIZE=plan.kp, TOPK=topk, TOPK_P2=next_pow2(topk), BLOCK_SELECT=cfg.ch, S_P2=s_p2,
-            BLOCK_COPY=max(1, FINAL_TILE // s_p2), HIST_COPIES=copies, FINE=fine, BITS=cfg.bits))
+            BLOCK_COPY=max(1, FINAL_TILE // s_p2), HIST_COPIES=copies, FINE=fine, BITS=cfg.bits, RANKED=ranked))
         offsets["cand_indices"] = (_align(listed), listed)  # inside scores
         at = offsets["hist_all"][0]
         offsets["histogram"] = (at, hist_words)
         if fine:
             offsets["fine"] = (at + hist_words, rows * HIST_BINS.value)
+    if ranked:
+        sel = configs.for_target(configs.SELECT, target)
+        launches.append(Launch(
+            rank_sort_kernel, (rows, cdiv(topk, sel.rank_slice)), dict(num_warps=sel.rank_warps),
+            k_start=Arg("rank_start"), k_end=Arg("rank_end"), win_keys=Arg("win_keys"),
+            win_indices=Arg("win_indices"), out_values=Arg("out_values"), out_indices=Arg("out_indices"), row0=0,
+            T=rows, K=topk, TOPK=topk, TOPK_P2=next_pow2(topk), SLICE=sel.rank_slice))
+        at = offsets["rank_bounds"][0]
+        offsets.update(rank_start=(at, rows), rank_end=(at + rows, rows))
     regions = tuple((name, "scores", at, size, torch.float32 if name == "part_values" else torch.int32)
                     for name, (at, size) in offsets.items() if name != "scores")
     return TopkPlan(cfg, plan, nprog, words, regions, tuple(launches))
@@ -376,7 +392,8 @@ def _aligned(fn, sig, ints=("stride_page", "C")):
 _POINTERS = dict(q="*bf16", q_scale="*bf16", weights="*bf16", kv_cache="*u8", table="*fp32", block_table="*i32", context_lens="*i32",
                  out="*fp32", scores="*fp32", part_values="*fp32", part_indices="*i32", histogram="*i32",
                  list_counts="*i32", cand_values="*fp32", cand_indices="*i32", out_values="*fp32", out_indices="*i32",
-                 bad_counts="*i32", row_start="*i64", out_payload="*u8", out_scales="*u8", buf="*i32", fine="*i32")
+                 bad_counts="*i32", row_start="*i64", out_payload="*u8", out_scales="*u8", buf="*i32", fine="*i32",
+                 rank_bounds="*i32", k_start="*i32", k_end="*i32", win_keys="*i32", win_indices="*i32")
 
 
 _Q_POINTER = {torch.bfloat16: "*bf16", torch.float16: "*fp16", torch.float32: "*fp32"}
@@ -427,10 +444,15 @@ def aot_variants(target: str, cfg: configs.PagedConfig, head_dim: int = 128, hea
         s_p2 = 256
         consts = dict(LIST_SIZE=topk, TOPK=topk, TOPK_P2=next_pow2(topk), BLOCK_SELECT=cfg.ch, S_P2=s_p2,
                       BLOCK_COPY=max(1, FINAL_TILE // s_p2), HIST_COPIES=HIST_COPIES_MAX if topk == 2048 else 1,
-                      FINE=topk != 1024, BITS=cfg.bits)
-        sig = _signature(paged_final_kernel, consts)
-        yield (f"paged_merge_final[topk={topk} S<=256{', fine' if consts['FINE'] else ''}]", paged_final_kernel, sig, consts,
-               dict(num_warps=cfg.final_warps), _aligned(paged_final_kernel, sig))
+                      FINE=topk != 1024, BITS=cfg.bits, RANKED=topk != 1024)
+        sig = dict(_signature(list_merge_kernel, consts), out_values="*i32" if consts["RANKED"] else "*fp32")
+        yield (f"paged_merge_final[topk={topk} S<=256{', fine, ranked' if consts['FINE'] else ''}]",
+               list_merge_kernel, sig, consts, dict(num_warps=cfg.final_warps), _aligned(list_merge_kernel, sig))
+    sel = configs.for_target(configs.SELECT, target)  # top-512 and top-2048: the select engine's AOT variants
+    consts = dict(TOPK=1024, TOPK_P2=1024, SLICE=sel.rank_slice)
+    sig = _signature(rank_sort_kernel, consts)
+    yield ("paged_rank_sort[topk=1024]", rank_sort_kernel, sig, consts, dict(num_warps=sel.rank_warps),
+           _aligned(rank_sort_kernel, sig))
     consts = dict(BLOCK=ZERO_BLOCK)
     sig = _signature(zero_kernel, consts)
     yield "paged_zero", zero_kernel, sig, consts, dict(num_warps=4), _aligned(zero_kernel, sig, ints=())

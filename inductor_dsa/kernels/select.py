@@ -28,6 +28,8 @@ Three shapes of work, chosen by shapes only (kernels/select_launch.py):
     for its chunk selects and final merge.
   the sampled filter (many long rows): kernels/select_filter.py.
   chunked (long rows, or few rows; the filter's fallback): kernels/select_chunked.py.
+The paged decode indexer's split top-k selects from an 11-bit key histogram its score kernel
+counts: kernels/select_hist.py.
 """
 import triton
 import triton.language as tl

@@ -1,5 +1,6 @@
 """The selection engine's chunked radix passes (long rows, few rows, and the rows the sampled
-filter flags); keys, digits and winners as in kernels/select.py.
+filter flags); keys, digits and winners as in kernels/select.py. ``rank_sort_kernel`` also places
+the winners of the histogram select's merge for a few rows (kernels/select_hist.py).
 
 Every row is cut into chunks of CHUNK columns, one program per (row, chunk), a launch per digit
 pass. ``radix_pass_kernel`` adds its chunk's digit histogram to the row's (int atomics:

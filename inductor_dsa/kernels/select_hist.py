@@ -1,0 +1,159 @@
+"""The selection engine's histogram select, used by the paged decode indexer's split top-k
+(kernels/paged_indexer.py): keys, semantics and ``select_row`` as in kernels/select.py.
+
+A row is cut into S chunks of C columns. Its keys are counted in an 11-bit histogram of their top
+bits (the paged score kernel counts as it writes them: int atomics, deterministic; ``HIST_COPIES``
+copies, chunk s counting into copy s % COPIES, because the counts of one hot bin serialise at its
+address). The row's threshold bin T, the bin of its k-th largest key (``threshold``), bounds the
+winners: every chunk copies its keys in bins >= T, in column order, into its partial list of
+LIST_SIZE = min(k, C) entries (``chunk_list``), or, when more than that many pass, its exact top
+LIST_SIZE (``select_row``, unsorted, column order), which holds every winner the chunk can give.
+With FINE (complete histograms when the lists are made) the bin-T keys are also counted by their
+next 11 bits, and the merge keeps only the entries whose top 22 bits reach the k-th key's: about k
+candidates.
+
+``list_merge_kernel`` concatenates a row's lists (column order kept, so ties still go to the
+lower column) and runs ``select_row`` over them, sorted there, or, for a few rows (RANKED), left
+to ``select_chunked.rank_sort_kernel``, which places the winners from many programs.
+
+Tried for ``logits_topk``'s few long rows (a counting kernel and a list kernel over (row, chunk)
+programs, then this merge), and slower than the chunked radix passes on an H100: 1 x 131072
+top-2048 51.7 us against 29.9 replayed, 1 x 2**20 66.2 against 53.9. Without a score kernel to
+hide them in, the counts of a row's hot bins serialise (18-20 us), and the one-program merge
+(17-22 us) is as long as all of the radix passes.
+"""
+import triton
+import triton.language as tl
+
+from .select import sel_key, select_row
+
+HIST_BINS = tl.constexpr(2048)  # histogram of the top 11 bits of the order-preserving key
+HIST_SHIFT = tl.constexpr(21)
+FINE_SHIFT = tl.constexpr(10)  # the fine histogram: key bits [10, 21) of the keys in the threshold bin
+
+
+@triton.jit
+def row_histogram(hist_row, COPIES: tl.constexpr):
+    """The sum of a row's COPIES key histograms at hist_row (one copy in registers at a time:
+    [8, 2048] at once spilled on sm90 under triton 3.6)."""
+    at = hist_row + tl.arange(0, HIST_BINS)
+    h = tl.load(at)
+    for c in tl.static_range(1, COPIES):
+        h += tl.load(at + c * HIST_BINS)
+    return h
+
+
+@triton.jit
+def threshold(h, k):
+    """(T, above) of histogram h: the largest bin T with at least k counts in bins >= T (0 when
+    there are fewer), and the counts in bins > T."""
+    bins = tl.arange(0, HIST_BINS)
+    t = tl.max(tl.where(tl.cumsum(h, 0, reverse=True) >= k, bins, 0), 0)
+    return t, tl.sum(tl.where(bins > t, h, 0), 0)
+
+
+@triton.jit
+def chunk_list(src, c0, c1, hist_row, fine_row, list_values, list_indices, TOPK,
+               LIST_SIZE: tl.constexpr, LIST_SIZE_P2: tl.constexpr, BLOCK_SELECT: tl.constexpr,
+               HIST_COPIES: tl.constexpr, FINE: tl.constexpr, BITS: tl.constexpr):
+    """The partial list of the chunk src[c0:c1] (index j for src[j]) of a row whose histograms are at
+    hist_row: its scores in bins >= the row's threshold bin T, in column order, into list_values /
+    list_indices, or its exact top LIST_SIZE when more pass. With FINE its bin-T keys are counted by
+    their next 11 bits at fine_row. Returns the list's length."""
+    thr = threshold(row_histogram(hist_row, HIST_COPIES), TOPK)[0]
+    taken = tl.zeros((), tl.int32)
+    for j0 in range(c0, c1, BLOCK_SELECT):
+        j = j0 + tl.arange(0, BLOCK_SELECT)
+        x = tl.load(src + j, mask=j < c1, other=0.0)
+        key = sel_key(x)
+        bin = (key >> HIST_SHIFT).to(tl.int32)
+        take = (j < c1) & (bin >= thr)
+        if FINE:
+            sub = ((key >> FINE_SHIFT) & (HIST_BINS - 1)).to(tl.int32)
+            tl.atomic_add(fine_row + sub, 1, mask=(j < c1) & (bin == thr), sem="relaxed")
+        pos = taken + tl.cumsum(take.to(tl.int32), 0) - 1
+        tl.store(list_values + pos, x, mask=take & (pos < LIST_SIZE))
+        tl.store(list_indices + pos, j, mask=take & (pos < LIST_SIZE))
+        taken += tl.sum(take.to(tl.int32), 0)
+    if taken > LIST_SIZE:
+        tl.debug_barrier()
+        select_row(src, c0, c1, list_values, list_indices, LIST_SIZE, LIST_SIZE_P2, BLOCK_SELECT, False, BITS=BITS)
+        taken = LIST_SIZE
+    return taken
+
+
+@triton.jit
+def zero_kernel(buf, n, BLOCK: tl.constexpr):
+    """buf[0:n] = 0 (int32), BLOCK words per program."""
+    i = tl.program_id(0).to(tl.int64) * BLOCK + tl.arange(0, BLOCK)
+    tl.store(buf + i, tl.zeros((BLOCK,), tl.int32), mask=i < n)
+
+
+@triton.jit
+def list_merge_kernel(
+    part_values,  # fp32 [rows*S, LIST_SIZE] partial lists
+    part_indices,  # int32, same shape: their indices
+    list_counts,  # int32 [rows*S] entries per list
+    histogram,  # FINE: int32 [rows, HIST_COPIES, HIST_BINS] key histograms; else unused
+    fine,  # FINE: int32 [rows, HIST_BINS] fine histograms of the threshold bins; else unused
+    cand_values,  # fp32 [rows, S * LIST_SIZE] scratch: the row's concatenated lists
+    cand_indices,  # int32, same shape
+    out_values,  # fp32 [rows, TOPK] out; RANKED: int32 key bits of the unsorted winners (rank_sort_kernel's input)
+    out_indices,  # int32 [rows, TOPK] out
+    rank_bounds,  # RANKED: int32 [2, rows] out: 0, then the winners of each row; else unused
+    S,  # lists per row
+    LIST_SIZE: tl.constexpr,  # entries per partial list
+    TOPK: tl.constexpr,  # k of the top-k
+    TOPK_P2: tl.constexpr,  # next power of two of TOPK
+    BLOCK_SELECT: tl.constexpr,  # elements per step of the radix-select passes
+    S_P2: tl.constexpr,  # next power of two of S
+    BLOCK_COPY: tl.constexpr,  # entries per list copied per step
+    HIST_COPIES: tl.constexpr,  # copies of each row's key histogram
+    FINE: tl.constexpr,  # the fine histograms are counted (complete when the lists were made)
+    BITS: tl.constexpr,  # radix digit width
+    RANKED: tl.constexpr,  # leave the winners unsorted for rank_sort_kernel (few rows)
+):
+    """One program per row: concatenate its S lists (order kept) into cand[row] and select the final
+    sorted, padded top-TOPK from them (RANKED: the winners' key bits and indices, in list order, and
+    the range [0, min(candidates, TOPK)) of them into rank_bounds[:, row], for ``rank_sort_kernel``:
+    one program's bitonic sort is latency-bound). With FINE only the entries whose top 22 key bits
+    reach the k-th largest key's, (T << 11) | T2, are copied: T from the key histogram, T2 the fine
+    histogram's threshold for the TOPK - (keys above bin T) still needed from bin T (about TOPK
+    candidates instead of TOPK plus bin T's population)."""
+    row = tl.program_id(0).to(tl.int64)
+    sl = tl.arange(0, S_P2)
+    c = tl.load(list_counts + row * S + sl, mask=sl < S, other=0)
+    lo = tl.zeros((), tl.uint32)
+    if FINE:
+        t1, above = threshold(row_histogram(histogram + row * HIST_COPIES * HIST_BINS, HIST_COPIES), TOPK)
+        t2 = threshold(tl.load(fine + row * HIST_BINS + tl.arange(0, HIST_BINS)), TOPK - above)[0]
+        lo = ((t1 << 11) | t2).to(tl.uint32)
+    src = row * S * LIST_SIZE
+    lists = src + sl[:, None] * LIST_SIZE  # list starts, [S_P2, 1]
+    kept = c  # entries of each list at or above lo: all of them without FINE (lo = 0)
+    if FINE:  # counted first: they place each list's survivors
+        kept = tl.zeros((S_P2,), tl.int32)
+        for i0 in range(0, tl.max(c, 0), BLOCK_COPY):
+            i = i0 + tl.arange(0, BLOCK_COPY)
+            m = i[None, :] < c[:, None]
+            pv = tl.load(part_values + lists + i[None, :], mask=m, other=0.0)
+            kept += tl.sum((m & ((sel_key(pv) >> FINE_SHIFT) >= lo)).to(tl.int32), 1)
+    off = tl.cumsum(kept, 0) - kept
+    total = tl.sum(kept, 0)
+    seen = tl.zeros((S_P2,), tl.int32)
+    for i0 in range(0, tl.max(c, 0), BLOCK_COPY):
+        i = i0 + tl.arange(0, BLOCK_COPY)
+        m = i[None, :] < c[:, None]
+        pv = tl.load(part_values + lists + i[None, :], mask=m, other=0.0)
+        pi = tl.load(part_indices + lists + i[None, :], mask=m, other=0)
+        keep = m & ((sel_key(pv) >> FINE_SHIFT) >= lo)
+        pos = off[:, None] + seen[:, None] + tl.cumsum(keep.to(tl.int32), 1) - 1
+        tl.store(cand_values + src + pos, pv, mask=keep)
+        tl.store(cand_indices + src + pos, pi, mask=keep)
+        seen += tl.sum(keep.to(tl.int32), 1)
+    tl.debug_barrier()
+    select_row(cand_values + src, 0, total, out_values + row * TOPK, out_indices + row * TOPK, TOPK, TOPK_P2,
+               BLOCK_SELECT, True, cand_indices + src, BITS, SORT_HERE=not RANKED)
+    if RANKED:
+        tl.store(rank_bounds + row, 0)
+        tl.store(rank_bounds + tl.num_programs(0) + row, tl.minimum(total, TOPK))
