@@ -22,8 +22,9 @@ from .select_chunked import rank_sort_kernel
 from .select_hist import HIST_BINS, list_merge_kernel, zero_kernel
 
 S_MAX = 512            # most sequence chunks per request (the final kernel holds S counts in registers)
-FINAL_TILE = 2048      # elements per copy step in list_merge_kernel (4096: 8 B spilled on sm90 once the
-                       # ranked merge left its sort out: ptxas capped it at 128 registers)
+FINAL_TILE = 1024      # list entries per copy step of the merge (list_merge_kernel): 4096 spilled 8 B on
+                       # sm90 once the ranked merge left its sort out, 2048 16 B with triton 3.6 once it
+                       # started below the fine prefix (ptxas capped it at 128 / 80 registers)
 GATHER_ROWS = 64
 ZERO_BLOCK = 1024      # words per program of zero_kernel
 HIST_COPIES_MAX = 8
@@ -444,9 +445,10 @@ def aot_variants(target: str, cfg: configs.PagedConfig, head_dim: int = 128, hea
         s_p2 = 256
         consts = dict(LIST_SIZE=topk, TOPK=topk, TOPK_P2=next_pow2(topk), BLOCK_SELECT=cfg.ch, S_P2=s_p2,
                       BLOCK_COPY=max(1, FINAL_TILE // s_p2), HIST_COPIES=HIST_COPIES_MAX if topk == 2048 else 1,
-                      FINE=topk != 1024, BITS=cfg.bits, RANKED=topk != 1024)
+                      FINE=topk != 1024, BITS=cfg.bits, RANKED=topk == 2048)
         sig = dict(_signature(list_merge_kernel, consts), out_values="*i32" if consts["RANKED"] else "*fp32")
-        yield (f"paged_merge_final[topk={topk} S<=256{', fine, ranked' if consts['FINE'] else ''}]",
+        yield (f"paged_merge_final[topk={topk} S<=256{', fine' if consts['FINE'] else ''}"
+               f"{', ranked' if consts['RANKED'] else ''}]",
                list_merge_kernel, sig, consts, dict(num_warps=cfg.final_warps), _aligned(list_merge_kernel, sig))
     sel = configs.for_target(configs.SELECT, target)  # top-512 and top-2048: the select engine's AOT variants
     consts = dict(TOPK=1024, TOPK_P2=1024, SLICE=sel.rank_slice)

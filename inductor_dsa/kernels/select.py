@@ -260,6 +260,9 @@ def select_row(
     SORT_HERE: tl.constexpr = True,  # SORTED: sort here, else leave the winners' key bits to sort_rows_kernel
     PREFETCH: tl.constexpr = False,  # load each step's scores one step ahead
     SORT32: tl.constexpr = False,  # sort_keys' 32-bit sort (the paged decode kernels: off)
+    START_BITS: tl.constexpr = 0,  # the top START_BITS bits of the threshold are known: ...
+    start_thr=0,  # ... they are these (uint32, the rest 0), and ...
+    start_need=0,  # ... this many of the keys with that prefix are winners (32 - START_BITS: a multiple of BITS)
 ):
     """Top-TOPK of scores[col_start:col_end] into out_values/out_indices[0:TOPK], sorted descending.
 
@@ -270,7 +273,8 @@ def select_row(
     without SORT_HERE leaves their key bits (and indices) in that order, for ``sort_rows_kernel``.
 
     Returns whether only part of the keys equal to the threshold were taken (then the winners
-    among them were picked by position).
+    among them were picked by position). With START_BITS the passes start below a known prefix
+    (the caller's histograms found it; every key lies at or above it).
 
     Radix select, most significant digit first: up to 32/BITS passes of 2**BITS-bin histograms
     over uint32 keys find the threshold prefix ``thr`` (the top ``nbits`` bits) and how many
@@ -293,8 +297,11 @@ def select_row(
     partial = tl.zeros((), tl.int1)  # only part of the keys equal to the threshold prefix are winners
     bins = tl.arange(0, NBINS)
     if n > TOPK:
-        nbits = tl.zeros((), tl.int32)
-        done = tl.zeros((), tl.int32)
+        nbits = tl.zeros((), tl.int32) + START_BITS
+        if START_BITS > 0:
+            thr = tl.zeros((), tl.uint32) + start_thr.to(tl.uint32)
+            need = tl.zeros((), tl.int32) + start_need
+        done = (nbits == 32).to(tl.int32)
         while done == 0:
             shift = (32 - BITS - nbits).to(tl.uint32)
             fixed = ones ^ (ones >> nbits.to(tl.uint32))  # the top nbits bits

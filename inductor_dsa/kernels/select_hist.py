@@ -119,15 +119,17 @@ def list_merge_kernel(
     one program's bitonic sort is latency-bound). With FINE only the entries whose top 22 key bits
     reach the k-th largest key's, (T << 11) | T2, are copied: T from the key histogram, T2 the fine
     histogram's threshold for the TOPK - (keys above bin T) still needed from bin T (about TOPK
-    candidates instead of TOPK plus bin T's population)."""
+    candidates instead of TOPK plus bin T's population), and the select starts below that prefix."""
     row = tl.program_id(0).to(tl.int64)
     sl = tl.arange(0, S_P2)
     c = tl.load(list_counts + row * S + sl, mask=sl < S, other=0)
     lo = tl.zeros((), tl.uint32)
+    need = tl.zeros((), tl.int32)
     if FINE:
         t1, above = threshold(row_histogram(histogram + row * HIST_COPIES * HIST_BINS, HIST_COPIES), TOPK)
-        t2 = threshold(tl.load(fine + row * HIST_BINS + tl.arange(0, HIST_BINS)), TOPK - above)[0]
+        t2, above2 = threshold(tl.load(fine + row * HIST_BINS + tl.arange(0, HIST_BINS)), TOPK - above)
         lo = ((t1 << 11) | t2).to(tl.uint32)
+        need = TOPK - above - above2  # winners among the keys whose top 22 bits are lo
     src = row * S * LIST_SIZE
     lists = src + sl[:, None] * LIST_SIZE  # list starts, [S_P2, 1]
     kept = c  # entries of each list at or above lo: all of them without FINE (lo = 0)
@@ -152,8 +154,13 @@ def list_merge_kernel(
         tl.store(cand_indices + src + pos, pi, mask=keep)
         seen += tl.sum(keep.to(tl.int32), 1)
     tl.debug_barrier()
-    select_row(cand_values + src, 0, total, out_values + row * TOPK, out_indices + row * TOPK, TOPK, TOPK_P2,
-               BLOCK_SELECT, True, cand_indices + src, BITS, SORT_HERE=not RANKED)
+    if FINE:  # the top 22 bits of the threshold are lo: 2 passes of 5-bit digits at most
+        select_row(cand_values + src, 0, total, out_values + row * TOPK, out_indices + row * TOPK, TOPK, TOPK_P2,
+                   BLOCK_SELECT, True, cand_indices + src, 5, SORT_HERE=not RANKED, START_BITS=22,
+                   start_thr=lo << FINE_SHIFT, start_need=need)
+    else:
+        select_row(cand_values + src, 0, total, out_values + row * TOPK, out_indices + row * TOPK, TOPK, TOPK_P2,
+                   BLOCK_SELECT, True, cand_indices + src, BITS, SORT_HERE=not RANKED)
     if RANKED:
         tl.store(rank_bounds + row, 0)
         tl.store(rank_bounds + tl.num_programs(0) + row, tl.minimum(total, TOPK))
