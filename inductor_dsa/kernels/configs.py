@@ -234,6 +234,7 @@ class PagedConfig:
     merge_warps: int = 4  # chunk select and filter
     final_warps: int = 8  # final merge, one program per token row (at B = 1 a single program):
                           # H200 B=1 L=262144 top-1024 25 -> 19 us from 4 warps (16: 18)
+    final_ch: int = 512   # BLOCK_SELECT of the final merge (sm90 at 1024: 12 B spilled, triton 3.7)
     bits: int = 8       # radix digit width of the chunk select and the final merge
     hist_span: int = 131072  # context rows per copy of a token row's key histogram (paged_launch.hist_copies)
     rank_rows: int = 2  # at most this many token rows (split): the final merge's winners are placed by
@@ -243,15 +244,18 @@ class PagedConfig:
 
 
 PAGED = {
+    # ch 1024 (H100 replay against 512, merge included; the merge now stays at 512): B=64 L=32768 top-512
+    # 185.4 / 185.7 us (select 16.6 / 18.5), B=128 L=65536 top-1024 651.5 / 658.0 (46.8 / 56.8),
+    # B=1 L=131072 45.7 / 46.9, B=1 L=2**20 128.7 / 130.7
     "sm90": PagedConfig(bn=64, rows=128, num_warps=4, num_stages=4, progs_per_sm=4,
-                        chunk_min=1024, chunk_max=8192, ch=512, logits_rows=1024, split_min=2048, bits=4),
+                        chunk_min=1024, chunk_max=8192, ch=1024, logits_rows=1024, split_min=2048, bits=4),
     "gfx942": PagedConfig(bn=64, rows=256, num_warps=8, num_stages=2, progs_per_sm=2,
                           chunk_min=1024, chunk_max=8192, ch=512, logits_rows=1024, split_min=2048,
                           extra={"matrix_instr_nonkdim": 16}),
     "other": PagedConfig(bn=64, rows=128, num_warps=4, num_stages=2, progs_per_sm=2,
                         chunk_min=1024, chunk_max=8192, ch=512, logits_rows=1024, split_min=2048),
     "interpreter": PagedConfig(bn=32, rows=16, num_warps=4, num_stages=1, progs_per_sm=1,
-                               chunk_min=64, chunk_max=128, ch=64, logits_rows=64),
+                               chunk_min=64, chunk_max=128, ch=64, logits_rows=64, final_ch=64),
 }
 PAGED_CPU_PROGRAMS = 3  # programs per wave under the interpreter (small: exercises several waves)
 

@@ -274,7 +274,7 @@ def _topk_plan(q, q_scale, kv_cache, block_table, topk, fmt, fp8_flavor, program
             out_values=Arg("win_keys" if ranked else "out_values"),
             out_indices=Arg("win_indices" if ranked else "out_indices"),
             rank_bounds=Arg("rank_bounds") if ranked else dummy,
-            S=plan.splits, LIST_SIZE=plan.kp, TOPK=topk, TOPK_P2=next_pow2(topk), BLOCK_SELECT=cfg.ch, S_P2=s_p2,
+            S=plan.splits, LIST_SIZE=plan.kp, TOPK=topk, TOPK_P2=next_pow2(topk), BLOCK_SELECT=cfg.final_ch, S_P2=s_p2,
             BLOCK_COPY=max(1, FINAL_TILE // s_p2), HIST_COPIES=copies, FINE=fine, BITS=cfg.bits, RANKED=ranked))
         offsets["cand_indices"] = (_align(listed), listed)  # inside scores
         at = offsets["hist_all"][0]
@@ -443,7 +443,7 @@ def aot_variants(target: str, cfg: configs.PagedConfig, head_dim: int = 128, hea
                    paged_select_kernel, sig, consts, mopts, _aligned(paged_select_kernel, sig))
     for topk in (512, 1024, 2048):
         s_p2 = 256
-        consts = dict(LIST_SIZE=topk, TOPK=topk, TOPK_P2=next_pow2(topk), BLOCK_SELECT=cfg.ch, S_P2=s_p2,
+        consts = dict(LIST_SIZE=topk, TOPK=topk, TOPK_P2=next_pow2(topk), BLOCK_SELECT=cfg.final_ch, S_P2=s_p2,
                       BLOCK_COPY=max(1, FINAL_TILE // s_p2), HIST_COPIES=HIST_COPIES_MAX if topk == 2048 else 1,
                       FINE=topk != 1024, BITS=cfg.bits, RANKED=topk == 2048)
         sig = dict(_signature(list_merge_kernel, consts), out_values="*i32" if consts["RANKED"] else "*fp32")
