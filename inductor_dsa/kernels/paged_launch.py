@@ -301,7 +301,8 @@ def paged_topk(q, q_scale, kv_cache, weights, block_table, context_lens, topk, f
     ``stats`` (tests, benchmarks) receives the split plan and the per-list candidate counts.
 
     Per call: a plan lookup (cached by shapes, dtypes, alignments, device, config), three
-    allocations (outputs, one workspace buffer), 2-4 launches (``fastlaunch.run``)."""
+    allocations (outputs, one workspace buffer), 2-5 launches (``fastlaunch.run``; the fifth ranks the
+    merge's winners when there are at most ``rank_rows`` token rows)."""
     def run(cfg, stats=None):
         return _paged_topk(q, q_scale, kv_cache, weights, block_table, context_lens, topk, fmt, fp8_flavor,
                            table, programs, stats, cfg)
