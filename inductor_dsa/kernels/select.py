@@ -288,6 +288,7 @@ def select_row(
     than 8-bit histograms.
     """
     NBINS: tl.constexpr = 1 << BITS
+    tl.static_assert((32 - START_BITS) % BITS == 0, "the bits below START_BITS must be whole digits")
     s, e = col_start, col_end
     n = e - s
     ones = tl.full((), 0xFFFFFFFF, tl.uint32)

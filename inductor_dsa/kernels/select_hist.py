@@ -128,7 +128,7 @@ def list_merge_kernel(
     if FINE:
         t1, above = threshold(row_histogram(histogram + row * HIST_COPIES * HIST_BINS, HIST_COPIES), TOPK)
         t2, above2 = threshold(tl.load(fine + row * HIST_BINS + tl.arange(0, HIST_BINS)), TOPK - above)
-        lo = ((t1 << 11) | t2).to(tl.uint32)
+        lo = ((t1 << (HIST_SHIFT - FINE_SHIFT)) | t2).to(tl.uint32)
         need = TOPK - above - above2  # winners among the keys whose top 22 bits are lo
     src = row * S * LIST_SIZE
     lists = src + sl[:, None] * LIST_SIZE  # list starts, [S_P2, 1]
@@ -154,13 +154,10 @@ def list_merge_kernel(
         tl.store(cand_indices + src + pos, pi, mask=keep)
         seen += tl.sum(keep.to(tl.int32), 1)
     tl.debug_barrier()
-    if FINE:  # the top 22 bits of the threshold are lo: 2 passes of 5-bit digits at most
-        select_row(cand_values + src, 0, total, out_values + row * TOPK, out_indices + row * TOPK, TOPK, TOPK_P2,
-                   BLOCK_SELECT, True, cand_indices + src, 5, SORT_HERE=not RANKED, START_BITS=22,
-                   start_thr=lo << FINE_SHIFT, start_need=need)
-    else:
-        select_row(cand_values + src, 0, total, out_values + row * TOPK, out_indices + row * TOPK, TOPK, TOPK_P2,
-                   BLOCK_SELECT, True, cand_indices + src, BITS, SORT_HERE=not RANKED)
+    # with FINE the top 22 (32 - FINE_SHIFT) bits of the threshold are lo: two passes of 5-bit digits at most
+    select_row(cand_values + src, 0, total, out_values + row * TOPK, out_indices + row * TOPK, TOPK, TOPK_P2,
+               BLOCK_SELECT, True, cand_indices + src, 5 if FINE else BITS, SORT_HERE=not RANKED,
+               START_BITS=22 if FINE else 0, start_thr=lo << FINE_SHIFT, start_need=need)
     if RANKED:
         tl.store(rank_bounds + row, 0)
         tl.store(rank_bounds + tl.num_programs(0) + row, tl.minimum(total, TOPK))
