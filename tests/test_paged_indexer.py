@@ -385,6 +385,21 @@ def test_compiled_call_names_the_op(gen):
     assert_paged_topk(vals / 2, idx, ref, 4)
 
 
+def test_compiled_call_compiles_once(gen):
+    """The metadata checks' memo (checks._PASSED) is not read while tracing: a dict lookup there
+    made dynamo guard on the memo, which the first call fills, so the second call recompiled."""
+    from torch._dynamo.testing import CompileCounter
+    from inductor_dsa import checks
+    q, c, w, bt, cl = (to_device(x) for x in _ok_args())
+    checks._PASSED.clear()
+    counter = CompileCounter()
+    torch._dynamo.reset()
+    fn = torch.compile(lambda *x: idsa.paged_indexer_topk(*x, 4, check_values=False), backend=counter, fullgraph=True)
+    for _ in range(3):
+        fn(q, c, w, bt, cl)
+    assert counter.frame_count == 1
+
+
 def _random_table(gen, dtype, spread=20):
     """16 random floats of many magnitudes, both signs, a zero (not E2M1: any table must decode)."""
     t = torch.randn(16, generator=gen) * torch.exp2(torch.randint(-spread, spread, (16,), generator=gen).float())
