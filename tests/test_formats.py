@@ -5,7 +5,7 @@ import triton
 import triton.language as tl
 
 from inductor_dsa import formats
-from inductor_dsa.kernels.decode import e4m3_bytes_to_f32, load_mxfp4_rows, mma_k_cols, mxfp4_rows_mma
+from inductor_dsa.kernels.decode import e4m3_bytes_to_f32, load_mxfp4_rows, mma_k_order, mxfp4_rows_mma
 from conftest import DEVICE
 
 
@@ -126,13 +126,13 @@ def _decode_mxfp4_mma_kernel(codes, scales, out, order, R: tl.constexpr, D: tl.c
     x = mxfp4_rows_mma(codes, scales, (r * (D // 2)).to(tl.int64), (r * (D // 32)).to(tl.int64), r < R, R, D, OUT,
                        ALIGNED, OUT)
     tl.store(out + r[:, None] * D + tl.arange(0, D)[None, :], x.to(tl.float32))
-    tl.store(order + tl.arange(0, D), mma_k_cols(D))
+    tl.store(order + tl.arange(0, D)[None, :], mma_k_order(tl.arange(0, D)[None, :], 1, D))
 
 
 @pytest.mark.parametrize("d,aligned", [(32, True), (64, True), (128, True), (256, True), (128, False)])
 @pytest.mark.parametrize("out", ["fp32", "bf16"])
 def test_kernel_mxfp4_mma_decoder_is_a_column_permutation(d, aligned, out):
-    # the packed decoder equals the reference decoder with columns in mma_k_cols order (a permutation):
+    # the packed decoder equals the reference decoder with columns in mma_k_order's order (a permutation):
     # every byte value, the extreme scales 0 (subnormal), 1, 128, 129, 254 and the NaN 255; word
     # loads (aligned) and the byte-assembled words of an odd address
     if out == "bf16" and DEVICE == "cpu":

@@ -79,7 +79,7 @@ def e2m1_pairs(x, SHIFT: tl.constexpr):
 @triton.jit
 def mxfp4_rows_mma(codes_ptr, scale_ptr, code_off, scale_off, row_mask, R: tl.constexpr, D: tl.constexpr,
                    OUT: tl.constexpr, ALIGNED: tl.constexpr, DOT: tl.constexpr, SCALE_WORDS: tl.constexpr = False):
-    """R rows of D MXFP4 elements as DOT [R, D], the columns permuted as ``mma_k_cols`` says. They
+    """R rows of D MXFP4 elements as DOT [R, D], the columns permuted as ``mma_k_order`` says. They
     are computed in OUT: bf16 where packed bf16 multiplies are native (sm90), else fp32 (gfx942,
     the interpreter), then truncated to DOT (exact values: truncation is exact, and one instruction).
 
@@ -134,15 +134,15 @@ def mxfp4_rows_mma(codes_ptr, scale_ptr, code_off, scale_off, row_mask, R: tl.co
 
 
 @triton.jit
-def mma_k_cols(D: tl.constexpr):
-    """int32 [D]: the element held by each column of ``mxfp4_rows_mma``. Column 16t + 8h + 2l + e,
-    t = 2w + i (l < 4, w < D/32, i, h, e < 2), holds element 8W + 4(1 - e) + 2i + h of word
-    W = (D/32) l + w (pair 2i + h of the word, its high half first). Loading the other operand of
-    the dot at these columns makes the dot over the permuted columns equal the original one."""
-    p = tl.arange(0, D)
-    t = p // 16
-    word = (D // 32) * ((p // 2) % 4) + t // 2
-    return 8 * word + 4 * (1 - p % 2) + 2 * (t % 2) + (p // 8) % 2
+def mma_k_order(x, R: tl.constexpr, D: tl.constexpr):
+    """x [R, D] with its columns in ``mxfp4_rows_mma``'s order: column 32w + 16i + 8h + 2l + e
+    (l < 4, w < D/32, i, h, e < 2) holds element 8W + 4(1 - e) + 2i + h of word W = (D/32) l + w
+    (pair 2i + h of the word, its high half first). A permutation of the column index bits with e
+    flipped: a reshape, a permute and a split / join in registers. The other operand of the dot
+    in this order makes the dot over the permuted columns equal the original one."""
+    y = tl.permute(tl.reshape(x, (R, 4, D // 32, 2, 2, 2)), (0, 2, 4, 5, 1, 3))
+    e1, e0 = tl.split(y)  # the last axis holds 1 - e
+    return tl.reshape(tl.join(e0, e1), (R, D))
 
 
 @triton.jit

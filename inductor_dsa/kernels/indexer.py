@@ -34,17 +34,15 @@ every visible one, and ``hide_kernel`` turns the slots holding them into -1 (doc
 import triton
 import triton.language as tl
 
-from .decode import (FMT_FP8_BYTES, FMT_MXFP4, e4m3_bytes_to_f32, load_mxfp4_rows, mma_k_cols,
+from .decode import (FMT_FP8_BYTES, FMT_MXFP4, e4m3_bytes_to_f32, load_mxfp4_rows, mma_k_order,
                      mxfp4_rows_mma)
 
 
 @triton.jit
 def _load_rows(ptr, scale_ptr, off, scale_off, mask, stride_d, FMT: tl.constexpr, FNUZ: tl.constexpr,
-               R: tl.constexpr, D: tl.constexpr, cols=None):
-    """R rows of D elements starting at element offsets ``off`` (MXFP4 scales at ``scale_off``); a
-    plain or FP8 row can be read at element columns ``cols`` (int32 [D]) instead of in order."""
-    if cols is None:
-        cols = tl.arange(0, D)
+               R: tl.constexpr, D: tl.constexpr):
+    """R rows of D elements starting at element offsets ``off`` (MXFP4 scales at ``scale_off``)."""
+    cols = tl.arange(0, D)
     if FMT == FMT_MXFP4:
         x = load_mxfp4_rows(ptr, scale_ptr, off, scale_off, mask, R, D)
     elif FMT == FMT_FP8_BYTES:
@@ -80,11 +78,12 @@ def query_tile(
 ):
     """(Q^T [D, BLOCK_T*BLOCK_H] in the dot dtype, weights [BLOCK_T*BLOCK_H] fp32) for tokens
     t0 .. t0+BLOCK_T-1 (padded heads weigh 0). With
-    K_ORDER (MXFP4 keys) row c of Q^T is element ``mma_k_cols(D)[c]``, the keys' column order:
+    K_ORDER (MXFP4 keys) the rows of Q^T are in the keys' column order (``mma_k_order``):
     an MXFP4 query goes through the keys' own decoder (byte loads: it is read once; fp32 then a
     cast: with the decoder's bf16 output feeding tl.trans directly, triton 3.6's sm90
     OptimizeDotOperands folds the permute into an illegal shared layout), a plain one is loaded
-    at those columns."""
+    in order (vector loads; gathered at the permuted columns it took 2-byte loads) and permuted in
+    registers."""
     r = tl.arange(0, BLOCK_T * BLOCK_H)
     t = (t0 + r // BLOCK_H).to(tl.int64)
     h = r % BLOCK_H
@@ -93,9 +92,9 @@ def query_tile(
     scale_off = t * stride_q_scale_t + h * stride_q_scale_h
     if K_ORDER and Q_FMT == FMT_MXFP4:
         x = mxfp4_rows_mma(q, q_scale, off, scale_off, m, BLOCK_T * BLOCK_H, D, tl.float32, False, DOT_DTYPE)
-    elif K_ORDER:
-        x = _load_rows(q, q_scale, off, scale_off, m, stride_q_d, Q_FMT, FNUZ, BLOCK_T * BLOCK_H, D,
-                       mma_k_cols(D)).to(DOT_DTYPE)
+    elif K_ORDER:  # loaded in order (coalesced), permuted in registers (in fp32, exact; then cast)
+        x = _load_rows(q, q_scale, off, scale_off, m, stride_q_d, Q_FMT, FNUZ, BLOCK_T * BLOCK_H, D).to(tl.float32)
+        x = mma_k_order(x, BLOCK_T * BLOCK_H, D).to(DOT_DTYPE)
     else:
         x = _load_rows(q, q_scale, off, scale_off, m, stride_q_d, Q_FMT, FNUZ, BLOCK_T * BLOCK_H, D).to(DOT_DTYPE)
     wv = tl.load(weights + t * stride_weights_t + h * stride_weights_h, mask=m, other=0.0).to(tl.float32)
@@ -164,7 +163,7 @@ def _score_block(qT, wv, k, k_scale, j0, K, stride_k_n, stride_k_d, stride_k_sca
                  BLOCK_T: tl.constexpr, BLOCK_H: tl.constexpr, BLOCK_N: tl.constexpr, D: tl.constexpr,
                  DOT_DTYPE: tl.constexpr, DEC_DTYPE: tl.constexpr, ALIGNED: tl.constexpr):
     """logits^T [BLOCK_N, BLOCK_T] fp32 for key rows j0 .. j0+BLOCK_N-1 (rows >= K score 0). MXFP4
-    keys come in the ``mma_k_cols`` column order: Q^T must be in that order too."""
+    keys come in the ``mma_k_order`` column order: Q^T must be in that order too."""
     j = j0 + tl.arange(0, BLOCK_N)
     jm = j < K
     row, scale_row = j.to(tl.int64) * stride_k_n, j.to(tl.int64) * stride_k_scale_n

@@ -156,7 +156,7 @@ def _request_queries(q, q_scale, weights, t0, T, H: tl.constexpr, Q_FMT: tl.cons
                      DOT_DTYPE: tl.constexpr, Q_PARTS: tl.constexpr):
     """``query_tile`` for contiguous q [B*N, H, D] (MXFP4: codes [.., D/2], scales [.., D/32])
     and weights [B*N, H]: fewer runtime strides, fewer scalar registers. With K_ORDER (MXFP4 keys of
-    ``mxfp4_rows_mma``), Q^T's rows are in the keys' ``mma_k_cols`` order. Returns (qT, qT_mid,
+    ``mxfp4_rows_mma``), Q^T's rows are in the keys' ``mma_k_order``. Returns (qT, qT_mid,
     qT_lo, wv): an fp16 / fp32 q (Q_PARTS 2 / 3) is loaded in fp32 and split by ``split_query``; otherwise
     the parts are qT (unused: Q_PARTS 1; a jit function cannot return None on triton 3.6)."""
     if Q_FMT == FMT_MXFP4:
