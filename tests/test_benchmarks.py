@@ -5,6 +5,7 @@ This keeps the benchmark scripts working code (the GPU numbers come from `python
 on a GPU); it checks that they run, check their results against the oracles and report the pass's
 swaps, not their speed.
 """
+import csv
 import json
 import os
 import pathlib
@@ -106,3 +107,42 @@ def test_ctrl_c_ends_the_running_benchmark(tmp_path):
     assert p.returncode == 130 and "interrupted during pass" in out, out
     with pytest.raises(ProcessLookupError):
         os.kill(child, 0)
+
+
+def _ncu_row(addr, src, samples, reason):
+    return [hex(addr), src, str(samples), str(samples), str(samples)] + [str(samples if r == reason else 0)
+                                                                         for r in ("barrier", "long_sb", "wait")]
+
+
+def test_ncu_stall_summary_splits_the_main_loop(tmp_path):
+    """benchmarks/ncu_profile.py stalls: prologue / loop phases / after, from a synthetic source export."""
+    sys.path.insert(0, str(ROOT / "benchmarks"))
+    import ncu_profile
+    header = ["Address", "Source", ncu_profile.SAMPLES, "Warp Stall Sampling (Not-issued Samples)", "# Samples",
+              "stall_barrier", "stall_long_sb", "stall_wait"]
+    rows = [_ncu_row(0x100, "LDG.E.U16 R1, desc[UR4][R2.64]", 7, "long_sb"),
+            _ncu_row(0x110, "LDS.128 R4, [R5]", 3, "wait"),            # loop start (branch target)
+            _ncu_row(0x120, "WARPGROUP.ARRIVE", 2, "wait"),
+            _ncu_row(0x130, "WARPGROUP.DEPBAR.LE gsb0, 0x0", 11, "barrier"),
+            _ncu_row(0x140, "BAR.SYNC.DEFER_BLOCKING 0x0", 5, "barrier"),
+            _ncu_row(0x150, "@!P0 BRA 0x110", 1, "wait"),
+            _ncu_row(0x160, "EXIT", 1, "wait")]
+    path = tmp_path / "r.csv"
+    with open(path, "w", newline="") as f:
+        f.write('"Kernel Name","k",\n')
+        csv.writer(f).writerows([header] + rows)
+    s = ncu_profile.summarise(str(path), top=2)
+    assert s["total"] == 30 and s["loop"] == (0x110, 0x150)
+    assert s["regions"] == {"prologue": 7, "loop: loads and decode": 3, "loop: MMA wait": 13, "loop: epilogue": 6,
+                            "after": 1}
+    assert s["reasons"]["barrier"] == 16 and s["top"][0] == (11, "WARPGROUP.DEPBAR.LE gsb0, 0x0", "barrier")
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="CPU smoke (Triton interpreter)")
+@pytest.mark.parametrize("args", [["paged", "2", "256", "16"], ["select", "5", "300", "8"]])
+def test_ncu_profile_case_runs(args):
+    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
+    p = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "ncu_profile.py"), "case", *args, "--calls", "1"],
+                       cwd=ROOT, env=env, capture_output=True, text=True, timeout=600)
+    assert p.returncode == 0, p.stderr[-2000:]
+    assert f"{args[0]} {args[1]} {args[2]} top-{args[3]}: 1 calls, output" in p.stdout
