@@ -342,9 +342,11 @@ def paged(q, q_scale, kv_cache, weights, block_table, context_lens, fmt, fp8_fla
     Memoised per call signature: arguments equal to those of a call that passed in everything
     the checks read (each tensor's type, dtype, shape and device, the cache's strides, fmt,
     fp8_flavor) pass again, a plain decode call's largest host cost after its launches."""
-    if torch.compiler.is_compiling():  # no memo: a traced dict lookup would guard on _PASSED, which this
+    # No memo while tracing: dynamo would guard on the _PASSED lookup, which this call then changes,
+    # so the next call would recompile.
+    if torch.compiler.is_compiling():
         return dict(_paged(q, q_scale, kv_cache, weights, block_table, context_lens, fmt, fp8_flavor, table))
-    try:  # call then changes, so the next call would recompile
+    try:
         key = (fmt, fp8_flavor, kv_cache.stride(), _meta(q), _meta(q_scale), _meta(kv_cache), _meta(weights),
                _meta(block_table), _meta(context_lens), _meta(table))
         info = _PASSED.get(key)
