@@ -35,13 +35,12 @@ def read_source(path: str) -> tuple[list[str], list[list[str]]]:
 
 def main_loop(rows, ix) -> tuple[int, int] | None:
     """(first, last) address of the longest backward branch's body, or None."""
-    best = None
+    back = []
     for r in rows:
         m = re.search(r"BRA (0x[0-9a-f]+)", r[ix["Source"]])
-        here = int(r[ix["Address"]], 16)
-        if m and int(m.group(1), 16) < here and (best is None or here - int(m.group(1), 16) > best[1] - best[0]):
-            best = (int(m.group(1), 16), here)
-    return best
+        if m and int(m.group(1), 16) < int(r[ix["Address"]], 16):
+            back.append((int(m.group(1), 16), int(r[ix["Address"]], 16)))
+    return max(back, key=lambda span: span[1] - span[0], default=None)
 
 
 def summarise(path: str, top: int = 12) -> dict:
@@ -49,7 +48,7 @@ def summarise(path: str, top: int = 12) -> dict:
     header, rows = read_source(path)
     ix = {h: i for i, h in enumerate(header)}
     reasons = [h for h in header if h.startswith("stall_") and "Not Issued" not in h]
-    num = lambda r, h: int(r[ix[h]] or 0) if r[ix[h]] not in ("", "-") else 0
+    num = lambda r, h: int(r[ix[h]]) if r[ix[h]] not in ("", "-") else 0
     total = sum(num(r, SAMPLES) for r in rows)
     by_reason = {h[6:]: sum(num(r, h) for r in rows) for h in reasons}
     loop = main_loop(rows, ix)

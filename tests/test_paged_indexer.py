@@ -389,7 +389,6 @@ def test_compiled_call_compiles_once(gen):
     """The metadata checks' memo (checks._PASSED) is not read while tracing: a dict lookup there
     made dynamo guard on the memo, which the first call fills, so the second call recompiled."""
     from torch._dynamo.testing import CompileCounter
-    from inductor_dsa import checks
     q, c, w, bt, cl = (to_device(x) for x in _ok_args())
     checks._PASSED.clear()
     counter = CompileCounter()
