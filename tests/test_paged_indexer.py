@@ -97,6 +97,21 @@ def test_topk_crowded_threshold_bin_falls_back_exactly(split, programs, span, mo
 
 
 @pytest.mark.parametrize("split", ["nosplit", "split64"], indirect=True)
+def test_topk_chunks_scored_by_several_programs(split, monkeypatch, gen):
+    """Few items, many programs: each chunk's rows are scored by several programs (``SplitPlan.sub``)
+    writing one workspace slot; the result is the oracle's, with contexts ending inside a part."""
+    target = configs.target_for(torch.device(DEVICE))
+    cfg = configs.PAGED[target]
+    monkeypatch.setitem(configs.PAGED, target, dataclasses.replace(cfg, score_min=cfg.bn))
+    case = make_case(gen, ctx=[0, 33, 150, 250], max_pages=4)
+    stats = {}
+    q, cache, w, bt, ctx = to_device(case)
+    vals, idx = paged_launch.paged_topk(q, None, cache, w, bt, ctx, 24, "mxfp4", "fn", programs=64, stats=stats)
+    assert stats["plan"].sub > 1 and (stats["plan"].splits > 1) == (split != "nosplit")
+    assert_paged_topk(vals, idx, paged_oracle(case, "mxfp4", "fn"), 24)
+
+
+@pytest.mark.parametrize("split", ["nosplit", "split64"], indirect=True)
 def test_topk_larger_than_context(split, gen):
     # topk 200 > contexts 0, 37, 70 and > max_len 192 (value checks off: context_lens 250 is clamped to 192)
     case = make_case(gen, ctx=[0, 37, 250, 70])
@@ -299,6 +314,11 @@ def test_split_plan_fills_the_gpu():
         assert items <= 132 * cfg.progs_per_sm or plan.chunk == cfg.chunk_max, (b, plan)  # one wave unless chunk-bound
         assert cfg.chunk_min <= plan.chunk <= cfg.chunk_max and plan.chunk % cfg.bn == 0
         assert plan.splits * plan.chunk >= max_len and plan.kp == min(topk, plan.chunk)
+        assert items * plan.sub <= 132 * cfg.progs_per_sm or plan.sub == 1
+        assert plan.chunk % (plan.sub * cfg.bn) == 0 and (plan.sub == 1 or plan.chunk // plan.sub >= cfg.score_min)
+    # one request: 128 chunks of 1024 rows (the lists' floor), each scored by 4 programs of 256 rows
+    plan = paged_launch.split_plan(1, 1, 131072, 512, cfg, 132 * cfg.progs_per_sm)
+    assert (plan.chunk, plan.splits, plan.sub) == (1024, 128, 4)
     assert paged_launch.split_plan(4, 1, 1024, 512, cfg, 264).splits == 1
     for max_len in (64, 1088, cfg.split_min):  # short contexts: one chunk, no merge launches
         plan = paged_launch.split_plan(1, 1, max_len, 512, cfg, 264)

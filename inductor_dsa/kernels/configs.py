@@ -229,6 +229,8 @@ class PagedConfig:
     chunk_max: int      # ... and at most this (bounds the per-program workspace: tokens x chunk fp32)
     ch: int             # BLOCK_SELECT, elements per chunk in the radix-select passes
     logits_rows: int    # rows per program of paged_indexer_logits
+    score_min: int = 256  # rows per score program, at least, when a chunk's rows are shared by several
+                          # (few items: paged_launch.split_plan's sub)
     split_min: int = 0  # contexts of at most this many rows are never split: at small batch the
                         # split's two extra launches (filter, merge) cost more than they save
     merge_warps: int = 4  # chunk select and filter
@@ -255,7 +257,7 @@ PAGED = {
     "other": PagedConfig(bn=64, rows=128, num_warps=4, num_stages=2, progs_per_sm=2,
                         chunk_min=1024, chunk_max=8192, ch=512, logits_rows=1024, split_min=2048),
     "interpreter": PagedConfig(bn=32, rows=16, num_warps=4, num_stages=1, progs_per_sm=1,
-                               chunk_min=64, chunk_max=128, ch=64, logits_rows=64, final_ch=64),
+                               chunk_min=64, chunk_max=128, ch=64, logits_rows=64, final_ch=64, score_min=32),
 }
 PAGED_CPU_PROGRAMS = 3  # programs per wave under the interpreter (small: exercises several waves)
 

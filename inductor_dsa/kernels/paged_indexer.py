@@ -22,7 +22,8 @@ waves of at most P (P = multiprocessors x progs_per_sm). With S > 1 it first zer
 key histogram per token row (``select_hist.zero_kernel``; kernels/select_hist.py holds the
 histogram select); then per wave
 
-  ``paged_scores_kernel`` (one program per item) writes the chunk's BLOCK_T x C scores into
+  ``paged_scores_kernel`` (SUB programs per item: more than one when the items alone, at
+    least ``chunk_min`` rows each, would leave the GPU idle) writes the chunk's BLOCK_T x C scores into
     workspace slot p of the wave (P x BLOCK_T x C fp32 in all, L2-sized; the [B, N, L] logits
     never exist) and, with S > 1, counts each score in its row's histogram (int atomics:
     deterministic);
@@ -194,7 +195,8 @@ def paged_scores_kernel(
     N,  # query tokens per request
     G,  # token groups per request, cdiv(N, BLOCK_T)
     S,  # sequence chunks per request
-    C,  # rows per chunk (multiple of BLOCK_N)
+    C,  # rows per chunk (multiple of BLOCK_N * SUB)
+    SUB,  # programs per work item, each scoring C / SUB rows of its chunk
     item0,  # first work item of this launch (wave)
     n_items,  # work items in all, B * G * S
     max_pages,  # block-table columns
@@ -217,15 +219,17 @@ def paged_scores_kernel(
     HIST_COPIES: tl.constexpr,  # TO_WS of a split top-k: copies of each row's histogram (else 0: none)
     ALIGNED: tl.constexpr,  # cache address and page stride 4-byte aligned (word loads of codes and scales)
 ):
-    """Scores of work item item0 + pid = (b, g, s): rows [s*C, (s+1)*C) of request b for its BLOCK_T
-    query tokens g*BLOCK_T ... With TO_WS they go to workspace slot pid, out[pid, t, j - s*C] (rows at
-    or past the context are left unwritten); else to the logits out[b*N + n, j] ([B*N, max_len]),
+    """Scores of work item item0 + pid // SUB = (b, g, s): part pid % SUB of the C / SUB-row parts of rows
+    [s*C, (s+1)*C) of request b, for its BLOCK_T query tokens g*BLOCK_T ... (SUB > 1 gives a small batch
+    more programs than chunks). With TO_WS they go to workspace slot pid // SUB, out[pid // SUB, t, j - s*C]
+    (rows at or past the context are left unwritten); else to the logits out[b*N + n, j] ([B*N, max_len]),
     -inf at rows >= context_lens[b]. With HIST_COPIES each written score also adds 1 to bin
     key >> HIST_SHIFT of histogram[b*N + n, s % HIST_COPIES] (relaxed int atomics, no return value:
     deterministic, and off the loop's critical path; the copies spread a long row's counts of one
     bin over several addresses, which serialise)."""
     pid = tl.program_id(0)
-    it = item0 + pid
+    slot = pid // SUB
+    it = item0 + slot
     if it < n_items:
         s = it % S
         g = (it // S) % G
@@ -233,23 +237,25 @@ def paged_scores_kernel(
         max_len = max_pages * PAGE
         ctx = _request(context_lens, b, max_pages)
         c0 = s * C
-        c1 = tl.minimum(c0 + C, ctx)
+        part = C // SUB
+        r0 = c0 + (pid % SUB) * part
+        c1 = tl.minimum(r0 + part, ctx)
         n0 = g * BLOCK_T
         tt = tl.arange(0, BLOCK_T)
         if TO_WS:
-            dst = out + (pid * BLOCK_T + tt).to(tl.int64)[None, :] * C - c0
+            dst = out + (slot * BLOCK_T + tt).to(tl.int64)[None, :] * C - c0
             tm = tt >= 0
         else:
             dst = out + (b * N + n0 + tt).to(tl.int64)[None, :] * max_len
             tm = (n0 + tt) < N
-        if c1 > c0:
+        if c1 > r0:
             qT, qT_mid, qT_lo, wv = _request_queries(q, q_scale, weights, b * N + n0,
                                                      b * N + tl.minimum(N, n0 + BLOCK_T), H, Q_FMT,
                                                      K_FMT == FMT_MXFP4 and not K_TABLE, FNUZ,
                                                      BLOCK_T, BLOCK_H, D, DOT_DTYPE, Q_PARTS)
             bt_row = block_table + b.to(tl.int64) * max_pages
-            page = _page_id(bt_row, c0, c1)
-            for j0 in range(c0, c1, BLOCK_N):
+            page = _page_id(bt_row, r0, c1)
+            for j0 in range(r0, c1, BLOCK_N):
                 nxt = _page_id(bt_row, j0 + BLOCK_N, c1)  # prefetched one block ahead
                 blk = _paged_block(qT, qT_mid, qT_lo, wv, kv_cache, table, page, j0, c1, num_pages, stride_page,
                                    K_FMT, K_TABLE, FNUZ, FP8_DTYPE, BLOCK_T, BLOCK_H, BLOCK_N, D, DOT_DTYPE, DEC_DTYPE, ALIGNED,
@@ -263,9 +269,9 @@ def paged_scores_kernel(
                                   mask=((n0 + tt) < N)[None, :] & (j < c1), sem="relaxed")  # not padding tokens
                 page = nxt
         if not TO_WS:
-            end = tl.minimum(c0 + C, max_len)
+            end = tl.minimum(r0 + part, max_len)
             ninf = tl.full((BLOCK_N, BLOCK_T), float("-inf"), tl.float32)
-            for j0 in range(tl.maximum(c0, ctx), end, BLOCK_N):
+            for j0 in range(tl.maximum(r0, ctx), end, BLOCK_N):
                 j = (j0 + tl.arange(0, BLOCK_N))[:, None]
                 tl.store(dst + j, ninf, mask=tm[None, :] & (j < end))
 

@@ -53,16 +53,19 @@ def tiles(n_tokens: int, heads: int, rows: int) -> tuple[int, int, int]:
 
 @dataclass(frozen=True)
 class SplitPlan:
-    chunk: int   # C, rows per chunk (multiple of bn)
+    chunk: int   # C, rows per chunk (multiple of bn * sub)
     splits: int  # S = cdiv(max_len, C)
     kp: int      # partial-list capacity: topk when S == 1, else min(topk, C)
+    sub: int = 1  # score programs per item (paged_scores_kernel's SUB), C / sub rows each
 
 
 def split_plan(batch: int, groups: int, max_len: int, topk: int, cfg: configs.PagedConfig,
                programs: int) -> SplitPlan:
     """Chunks so that the batch x groups x S items fill one wave of ``programs`` (never just over
     it: a second, nearly empty wave would idle the GPU), with chunk_min <= C <= chunk_max (C grows
-    past chunk_max only to keep S <= S_MAX); S = 1 when max_len <= split_min."""
+    past chunk_max only to keep S <= S_MAX); S = 1 when max_len <= split_min. When the items fill
+    at most half of the wave, each chunk is scored by sub (a power of two) programs of at least
+    ``score_min`` rows: chunk_min bounds the lists the merge reads, not the score parallelism."""
     if max_len <= cfg.split_min:
         c = max_len
     else:
@@ -71,9 +74,11 @@ def split_plan(batch: int, groups: int, max_len: int, topk: int, cfg: configs.Pa
         c = max(c, cdiv(max_len, S_MAX))
     c = cdiv(c, cfg.bn) * cfg.bn
     s = cdiv(max_len, c)
-    if s == 1:
-        return SplitPlan(c, 1, topk)
-    return SplitPlan(c, s, min(topk, c))
+    sub = 1
+    while (2 * sub * batch * groups * s <= programs and c % (2 * sub * cfg.bn) == 0
+           and c // (2 * sub) >= cfg.score_min):
+        sub *= 2
+    return SplitPlan(c, s, topk if s == 1 else min(topk, c), sub)
 
 
 def hist_copies(max_len: int, cfg: configs.PagedConfig) -> int:
@@ -189,7 +194,7 @@ def _paged_logits(q, q_scale, kv_cache, weights, block_table, context_lens, fmt,
         lc = cdiv(cfg.logits_rows, cfg.bn) * cfg.bn
         s = cdiv(max_len, lc)
         return cfg, Launch(paged_scores_kernel, (b * g * s,), configs.launch_options(cfg, target),
-                           out=Arg("out"), histogram=Arg("out"), S=s, C=lc, item0=0,
+                           out=Arg("out"), histogram=Arg("out"), S=s, C=lc, SUB=1, item0=0,
                            n_items=b * g * s, TO_WS=False, HIST_COPIES=0, **args)
 
     _, launch = _plan(("logits", key, fmt, fp8_flavor, id(cfg)), build)
@@ -254,9 +259,9 @@ def _topk_plan(q, q_scale, kv_cache, block_table, topk, fmt, fp8_flavor, program
     dummy = Arg("out_indices")  # an operand the kernel does not read in this configuration
     for item0 in range(0, items, nprog):
         wave = min(nprog, items - item0)
-        launches.append(Launch(paged_scores_kernel, (wave,), opts, out=Arg("scores"),
+        launches.append(Launch(paged_scores_kernel, (wave * plan.sub,), opts, out=Arg("scores"),
                                histogram=Arg("histogram") if split else dummy, S=plan.splits, C=plan.chunk,
-                               item0=item0, n_items=items, TO_WS=True, HIST_COPIES=copies, **args))
+                               SUB=plan.sub, item0=item0, n_items=items, TO_WS=True, HIST_COPIES=copies, **args))
         launches.append(Launch(
             paged_select_kernel, (wave * nt,), dict(num_warps=cfg.merge_warps), scores=Arg("scores"),
             context_lens=Arg("context_lens"), part_values=Arg("part_values" if split else "out_values"),
