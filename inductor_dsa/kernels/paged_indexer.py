@@ -22,11 +22,10 @@ waves of at most P (P = multiprocessors x progs_per_sm). With S > 1 it first zer
 key histogram per token row (``select_hist.zero_kernel``; kernels/select_hist.py holds the
 histogram select); then per wave
 
-  ``paged_scores_kernel`` (SUB programs per item: more than one when the items alone, at
-    least ``chunk_min`` rows each, would leave the GPU idle) writes the chunk's BLOCK_T x C scores into
-    workspace slot p of the wave (P x BLOCK_T x C fp32 in all, L2-sized; the [B, N, L] logits
-    never exist) and, with S > 1, counts each score in its row's histogram (int atomics:
-    deterministic);
+  ``paged_scores_kernel`` (SUB programs per item, several when the items fill at most half a
+    wave: a small batch) writes the chunk's BLOCK_T x C scores into workspace slot p of the wave
+    (P x BLOCK_T x C fp32 in all, L2-sized; the [B, N, L] logits never exist) and, with S > 1,
+    counts each score in its row's histogram (int atomics: deterministic);
   ``paged_select_kernel`` (one program per item and token): with S = 1 the prefill ``select_row``
     radix select writes the final sorted, padded top-k. With S > 1 the row's threshold bin T (the
     bin of its k-th largest key, from the histogram) bounds the winners: one pass copies the
