@@ -38,8 +38,9 @@ def main_loop(rows, ix) -> tuple[int, int] | None:
     back = []
     for r in rows:
         m = re.search(r"BRA (0x[0-9a-f]+)", r[ix["Source"]])
-        if m and int(m.group(1), 16) < int(r[ix["Address"]], 16):
-            back.append((int(m.group(1), 16), int(r[ix["Address"]], 16)))
+        span = m and (int(m.group(1), 16), int(r[ix["Address"]], 16))
+        if span and span[0] < span[1]:
+            back.append(span)
     return max(back, key=lambda span: span[1] - span[0], default=None)
 
 
