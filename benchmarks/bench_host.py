@@ -37,12 +37,12 @@ import inductor_dsa  # noqa: E402
 from inductor_dsa.kernels import configs, fastlaunch, paged_launch  # noqa: E402
 
 H, D, ROW = 64, 128, 68  # MXFP4 keys: 68 B per row
-CASES = [  # name, B, L, topk: unsplit (2 launches), split and ranked (5), a batch (4)
+CASES = [  # name, B, L, topk: unsplit (2 launches), split and ranked (4), a batch (4)
     ("B=1 L=1088 top-512", 1, 1088, 512),
     ("B=1 L=262144 top-1024", 1, 262144, 1024),
     ("B=64 L=32768 top-512", 64, 32768, 512),
 ]
-KERNELS = ("zero_kernel", "paged_scores_kernel", "paged_select_kernel", "list_merge_kernel", "rank_sort_kernel",
+KERNELS = ("zero_kernel", "paged_scores_kernel", "paged_select_kernel", "list_merge_kernel", "list_rank_kernel",
            "paged_check_kernel")
 
 

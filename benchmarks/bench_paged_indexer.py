@@ -159,19 +159,20 @@ def bench_case(name, b, length, topk, n, args, ceil):
 
 
 def sweep(args, ceil):
-    """Time candidate PagedConfigs on the first two cases (tuning aid; does not change defaults)."""
+    """Time candidate PagedConfigs on three cases, CUDA-graph replay (tuning aid; does not change defaults)."""
     target = configs.target_for(torch.device("cuda"))
     base = configs.PAGED[target]
     cands = [dict(), dict(num_warps=4), dict(progs_per_sm=1), dict(progs_per_sm=4), dict(bn=32),
              dict(chunk_min=2048), dict(chunk_max=16384), dict(num_stages=1), dict(num_stages=3), dict(ch=1024),
-             dict(hist_span=32768), dict(hist_span=1 << 30)]
+             dict(hist_span=32768), dict(hist_span=1 << 30), dict(rank_rows=0), dict(rank_rows=16)]
     out = []
-    for name, b, length, topk in [CASES[0], CASES[3]]:
+    for name, b, length, topk in [CASES[0], CASES[2], CASES[3]]:
         q, cache, w, bt, ctx = make_case(b, length, args.next_n)
         for c in cands:
             configs.PAGED[target] = dataclasses.replace(base, **c)
             try:
-                ms = time_ms(lambda: inductor_dsa.paged_indexer_topk(q, cache, w, bt, ctx, topk), rep=50)
+                ms = time_ms(graphed(lambda: inductor_dsa.paged_indexer_topk(q, cache, w, bt, ctx, topk,
+                                                                             check_values=False)), rep=50)
             except Exception as e:  # noqa: BLE001 - a config that does not compile is reported
                 ms = float("nan")
                 print(f"  {c}: {type(e).__name__}: {str(e)[:120]}")

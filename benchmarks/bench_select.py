@@ -120,10 +120,12 @@ SWEEP = [  # SelectConfig fields tried with --sweep (per-row fields only on the 
     # filter fields only on the others)
     dict(), dict(sort32=False), dict(sample_bits=8), dict(sample=1024), dict(row_sort_warps=4),
     dict(row_max=4096, sample=512), dict(filter_rows=1 << 30),
+    dict(rank_rows=0), dict(rank_passes=1), dict(rank_passes=3), dict(rank_tile=1024),
 ]
 PER_ROW = {"num_warps", "ch", "bits", "packed", "prefetch", "sort_apart"}  # fields of select_kernel alone
 FILTER = {"filter_rows", "sample", "sample_bits", "sample_z", "cand_factor", "filter_chunk", "filter_step",
           "filter_warps"}
+RANKED = {"rank_rows", "rank_passes", "rank_cap", "rank_slice", "rank_tile", "rank_warps"}  # few long rows
 
 
 def kernel_times(fn, calls=5) -> dict:
@@ -171,7 +173,7 @@ def sweep(cases):
         masked = masked_logits(logits, ks, ke)
         for change in SWEEP:
             long_rows = select_launch.chunked(t, n, keep)
-            if change and set(change) <= (PER_ROW if long_rows else FILTER):
+            if change and set(change) <= (PER_ROW if long_rows else FILTER | RANKED):
                 continue
             configs.SELECT[target] = dataclasses.replace(keep, **change)
             try:

@@ -108,5 +108,5 @@ SPLITS = {
     "split64": dict(bn=32, chunk_min=64, chunk_max=64, split_min=0),
     "split48-bn16": dict(bn=16, chunk_min=48, chunk_max=48, num_warps=4, split_min=0,
                          hist_span=64,  # several histogram copies per row
-                         rank_rows=64),  # the final merge's winners placed by rank_sort_kernel
+                         rank_rows=64),  # the lists' entries placed by list_rank_kernel, no merge
 }

@@ -16,7 +16,7 @@ from inductor_dsa.kernels import configs, fastlaunch, paged_launch
 from conftest import DEVICE, misaligned_copy
 from paged_cases import assert_paged_topk, make_case, paged_oracle, to_device
 
-KERNELS = ("zero_kernel", "paged_scores_kernel", "paged_select_kernel", "list_merge_kernel", "rank_sort_kernel")
+KERNELS = ("zero_kernel", "paged_scores_kernel", "paged_select_kernel", "list_merge_kernel", "list_rank_kernel")
 
 
 class _Recorded:
@@ -71,7 +71,7 @@ def test_reused_plan_launches_and_results_equal_a_fresh_one(split, log, monkeypa
     waves = names.count("paged_scores_kernel")
     ranked = split and case[0].shape[0] * case[0].shape[1] <= configs.PAGED[configs.target_for(torch.device(DEVICE))].rank_rows
     assert names == (["zero_kernel"] if split else []) + ["paged_scores_kernel", "paged_select_kernel"] * waves + (
-        ["list_merge_kernel"] if split else []) + (["rank_sort_kernel"] if ranked else [])
+        (["list_rank_kernel"] if ranked else ["list_merge_kernel"]) if split else [])
     assert waves > 1  # 3 programs per wave: several waves, so it0 differs between the launches
     for got in (second, third):
         assert all(torch.equal(x, y) for x, y in zip(got, first))

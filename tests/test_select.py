@@ -189,6 +189,42 @@ def test_in_kernel_sort_exact(rows, n, topk, kind, sort32, gen, monkeypatch):
     _check(_values(kind, rows, n, gen), topk, *_ranges(rows, n, gen))
 
 
+def _keys(x):
+    """select.sel_key on the CPU (int64): 2**31 +- the magnitude bits, NaN 0."""
+    bits = x.float().view(torch.int32).to(torch.int64)
+    mag = bits & 0x7FFFFFFF
+    return torch.where(mag > 0x7F800000, 0, torch.where(bits < 0, 2**31 - mag, 2**31 + mag))
+
+
+def _ranked_candidates(row, topk, prefix_bits):
+    """The ranked path's candidate count for one fully visible row: the keys whose top prefix_bits
+    reach those of the k-th largest key (all of them when the row has at most topk)."""
+    keys = _keys(row)
+    if keys.numel() <= topk:
+        return keys.numel()
+    top = keys >> (32 - prefix_bits)
+    return int((top >= top.sort(descending=True).values[topk - 1]).sum())
+
+
+@pytest.mark.parametrize("kind,cap,overflow", [("normal", 64, False), ("ties", 1, True), ("special", 1, None),
+                                               ("normal", 1, None)])
+def test_ranked_path_ranks_or_falls_back(kind, cap, overflow, gen, monkeypatch):
+    """Few long rows (the ranked path): candidates at or above the passes' 16-bit threshold prefix
+    ranked by many programs, or, when they overflow their slots (runs of equal scores at the
+    threshold), the row selected below that prefix by one program; both equal the oracle. The
+    candidate count, computed here, shows that the first case ranks and the second falls back."""
+    rows, n, topk = (2, 700, 20) if TARGET == "interpreter" else (2, 5000, 300)
+    cfg = dataclasses.replace(configs.SELECT[TARGET], rank_cap=cap)
+    monkeypatch.setitem(configs.SELECT, TARGET, cfg)
+    assert select_launch.chunked(rows, n, cfg) and rows <= cfg.rank_rows
+    x = _values(kind, rows, n, gen)
+    slots = select_launch.rank_cap(topk, cfg)
+    over = [_ranked_candidates(r, topk, cfg.rank_passes * cfg.pass_bits) > slots for r in x]
+    if overflow is not None:
+        assert over == [overflow] * rows
+    _check(x, topk, *reference.full_ranges(rows, n))
+
+
 FILTER_CASES = [(4, 300, 8), (6, 1000, 100), (5, 257, 200), (8, 1100, 33), (4, 700, 700)]
 
 

@@ -87,9 +87,12 @@ class SelectConfig:
     row_sort_warps: int = 8  # ... on this many warps per 1024 winners (sort_rows_kernel)
     sort32: bool = True    # winners sorted in-kernel by 32-bit keys (64-bit (key, column) words if a key repeats)
     sort_warps: int = 4    # per-row bitonic sort of the chunked path's winners
-    rank_rows: int = 8     # at most this many rows: winners ranked by topk / rank_slice programs per row
-    rank_slice: int = 8    # winners per program: an [8, topk] comparison over 16 warps (AOT gfx942:
-    rank_warps: int = 16   # [64, 2048] and [8, 2048] over 4-8 warps spilled SGPRs)
+    rank_rows: int = 8     # at most this many rows: the ranked path (select_launch._ranked): ...
+    rank_passes: int = 2   # ... digit passes fixing the threshold's top bits, then the keys at or above them ...
+    rank_cap: int = 4      # ... compacted into rank_cap x next_pow2(topk) slots per row ...
+    rank_slice: int = 8    # ... and ranked by topk / rank_slice programs per row, [rank_slice, rank_tile]
+    rank_tile: int = 2048  # comparisons per step over rank_warps warps (AOT gfx942: [64, 2048] and
+    rank_warps: int = 16   # [8, 2048] over 4-8 warps spilled SGPRs)
     filter_rows: int = 64  # rows longer than row_max, at least this many: the sampled filter path
     sample: int = 2048     # ... keys sampled per row for its candidate bound
     sample_bits: int = 4   # ... digit width of its in-register radix select (sample_kernel)
@@ -103,6 +106,9 @@ class SelectConfig:
     #                          spill 7 registers in the list-walking collect, 8 do not)
 
     def __post_init__(self):
+        if not 0 < self.rank_passes * self.pass_bits < 32 or 32 % self.pass_bits:
+            raise ValueError(f"the ranked path's passes must leave whole digits of the 32-bit key below them "
+                             f"(rank_passes={self.rank_passes}, pass_bits={self.pass_bits})")
         if self.packed and (self.bits != 4 or -(-self.row_max // self.ch) > 255 or self.row_max >= 1 << 16):
             raise ValueError(f"packed select histograms need bits=4, rows under 2**16 columns and at most 255 "
                              f"steps of ch per row (row_max {self.row_max}, ch {self.ch}), got bits={self.bits}")
@@ -121,7 +127,8 @@ class SelectConfig:
 # candidates only) lost by 12-15%.
 SELECT = {
     "sm90": SelectConfig(num_warps=4, ch=256, min_rows=512),
-    "gfx942": SelectConfig(num_warps=4, ch=256, min_rows=512, row_sort_warps=4),  # wave64 (AOT: 16 warps spill)
+    # wave64 (AOT: 16 warps spill in sort_rows_kernel; a [8, 2048] ranking step spilled 15 B, [8, 1024] none)
+    "gfx942": SelectConfig(num_warps=4, ch=256, min_rows=512, row_sort_warps=4, rank_tile=1024),
     "other": SelectConfig(num_warps=4, ch=256, min_rows=512),
     "interpreter": SelectConfig(num_warps=4, ch=64, min_rows=8, row_max=256, few_rows=3, chunk=64, chunk_min=32,
                                 chunk_programs=8, rank_rows=2, filter_rows=4, sample=256, filter_chunk=256,

@@ -174,7 +174,7 @@ def _indexer_topk(plan, h, q, k, k_start, k_end, topk: int, target: str, cfg):
         return out_v, out_i
     rows = min(t, max(sel.min_rows, (t * topk * 8) // (4 * max(n, 1))))
     extra = select_launch.scratch_bytes(rows, n, topk, sel) // rows
-    if extra:  # the sampled filter's candidate slots come out of the same budget
+    if extra:  # the sampled filter's (or, for a few rows, the ranked path's) candidates come out of the same budget
         rows = max(sel.filter_rows, rows * 4 * n // (4 * n + extra))
     rows = cdiv(t, cdiv(t, rows))  # equal chunks
     ws = torch.empty((rows, max(n, 1)), dtype=torch.float32, device=q.device)

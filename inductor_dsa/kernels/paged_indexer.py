@@ -52,7 +52,7 @@ import triton.language as tl
 from .decode import FMT_FP8_NATIVE, FMT_MXFP4, e4m3_bytes_to_f32, mxfp4_rows_mma
 from .indexer import query_tile, score_rows
 from .select import sel_key, select_row
-from .select_hist import HIST_BINS, HIST_SHIFT, chunk_list
+from .select_hist import HIST_BINS, HIST_SHIFT, RANK_STATE, chunk_list, rank_arrive
 
 PAGE = tl.constexpr(64)
 
@@ -284,6 +284,9 @@ def paged_select_kernel(
     histogram,  # SPLIT: int32 [B*N, HIST_COPIES, HIST_BINS] key histograms of the rows scored so far; else unused
     list_counts,  # SPLIT: int32 [B*N*S] out: entries per partial list; else unused
     fine,  # FINE: int32 [B*N, HIST_BINS] fine histograms (zeroed) of the keys in each row's threshold bin
+    rank_keys,  # RANKED: int32 [B*N, S * LIST_SIZE] out: the row's list entries' key bits, packed; else unused
+    rank_cols,  # RANKED: int32, same shape: their indices
+    rank_state,  # RANKED: int32 [B*N, RANK_STATE] (zeroed): select_hist.list_rank_kernel's row state
     N,  # query tokens per request
     G,  # token groups per request
     S,  # sequence chunks per request
@@ -300,6 +303,7 @@ def paged_select_kernel(
     HIST_COPIES: tl.constexpr,  # SPLIT: copies of each row's histogram (summed here)
     FINE: tl.constexpr,  # SPLIT in a one-wave plan (the histograms are complete): count the fine histogram
     BITS: tl.constexpr,  # radix digit width
+    RANKED: tl.constexpr,  # SPLIT, few rows: each list also packed into rank_keys for list_rank_kernel
 ):
     """One program per (work item item0 + pid // BLOCK_T, token pid % BLOCK_T) of a wave, over the
     chunk's scores in workspace slot pid // BLOCK_T. Without SPLIT (S == 1): the final sorted, padded
@@ -309,7 +313,10 @@ def paged_select_kernel(
     winner lies there; a histogram still missing later waves' chunks gives a lower T, so a superset);
     when more than LIST_SIZE of them fall in this chunk, the list is instead the chunk's exact top
     LIST_SIZE (``select_row``, unsorted, row order), which holds every winner the chunk can give.
-    With FINE the chunk's keys in bin T are also counted by their next 11 bits in fine[b*N + n]."""
+    With FINE the chunk's keys in bin T are also counted by their next 11 bits in fine[b*N + n].
+    RANKED: the list is also copied, as (key bits, index), to the row's packed entries at a position
+    reserved from a row counter, and the row's last chunk to arrive leaves its histograms' threshold
+    for ``select_hist.list_rank_kernel`` (``rank_arrive``)."""
     pid = tl.program_id(0)
     it = item0 + pid // BLOCK_T
     t = pid % BLOCK_T
@@ -326,10 +333,20 @@ def paged_select_kernel(
             at = (row * S + s) * LIST_SIZE
             src = scores + pid.to(tl.int64) * C - c0
             if SPLIT:
-                taken = chunk_list(src, c0, c1, histogram + row * HIST_COPIES * HIST_BINS, fine + row * HIST_BINS,
-                                   part_values + at, part_indices + at, TOPK, LIST_SIZE, LIST_SIZE_P2, BLOCK_SELECT,
-                                   HIST_COPIES, FINE, BITS)
+                taken, t1, above, counted = chunk_list(
+                    src, c0, c1, histogram + row * HIST_COPIES * HIST_BINS, fine + row * HIST_BINS, part_values + at,
+                    part_indices + at, TOPK, LIST_SIZE, LIST_SIZE_P2, BLOCK_SELECT, HIST_COPIES, FINE, BITS)
                 tl.store(list_counts + row * S + s, taken)
+                if RANKED:
+                    tl.debug_barrier()  # the list, written by every thread, is read back by others
+                    to = row * S * LIST_SIZE + tl.atomic_add(rank_state + row * RANK_STATE, taken, sem="relaxed")
+                    for e0 in range(0, taken, BLOCK_SELECT):
+                        e = e0 + tl.arange(0, BLOCK_SELECT)
+                        v = tl.load(part_values + at + e, mask=e < taken, other=0.0)
+                        i = tl.load(part_indices + at + e, mask=e < taken, other=0)
+                        tl.store(rank_keys + to + e, sel_key(v).to(tl.int32, bitcast=True), mask=e < taken)
+                        tl.store(rank_cols + to + e, i, mask=e < taken)
+                    rank_arrive(rank_state, row, S, t1, above, counted)
             else:
                 # S = 1 resolves every digit: with the early exit ptxas spills 8 B here on sm90
                 select_row(src, c0, c1, part_values + at, part_indices + at, LIST_SIZE, LIST_SIZE_P2, BLOCK_SELECT,

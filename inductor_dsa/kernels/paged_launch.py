@@ -18,12 +18,11 @@ from .host import cdiv, next_pow2
 from ..formats import PAGE_ROWS
 from .decode import FMT_FP8_BYTES, FMT_FP8_NATIVE, FMT_MXFP4, FMT_TENSOR
 from .paged_indexer import paged_check_kernel, paged_gather_kernel, paged_scores_kernel, paged_select_kernel
-from .select_chunked import rank_sort_kernel
-from .select_hist import HIST_BINS, list_merge_kernel, zero_kernel
+from .select_hist import HIST_BINS, RANK_STATE, list_merge_kernel, list_rank_kernel, zero_kernel
 
 S_MAX = 512            # most sequence chunks per request (the final kernel holds S counts in registers)
 FINAL_TILE = 1024      # list entries per copy step of the merge (list_merge_kernel): 4096 spilled 8 B on
-                       # sm90 once the ranked merge left its sort out, 2048 16 B with triton 3.6 once it
+                       # sm90 once a ranked merge left its sort out, 2048 16 B with triton 3.6 once it
                        # started below the fine prefix (ptxas capped it at 128 / 80 registers)
 GATHER_ROWS = 64
 ZERO_BLOCK = 1024      # words per program of zero_kernel
@@ -238,13 +237,15 @@ def _topk_plan(q, q_scale, kv_cache, block_table, topk, fmt, fp8_flavor, program
     listed = rows * plan.splits * plan.kp if split else 0  # entries of one partial-list array
     # the score workspace is dead after the last wave: the final merge's candidates reuse it
     regions = dict(scores=max(nprog * nt * plan.chunk, _align(listed) + listed))
-    ranked = split and rows <= cfg.rank_rows  # the final merge's winners placed by rank_sort_kernel
+    ranked = split and rows <= cfg.rank_rows  # list_rank_kernel places the lists' entries, not a merge
     if split:
-        # the key histograms, then (one wave) the fine ones: zeroed together by one launch
-        regions.update(part_values=listed, part_indices=listed, hist_all=hist_words + fine * rows * HIST_BINS.value,
+        # the key histograms, then (one wave) the fine ones, then (ranked) the lists' row state:
+        # zeroed together by one launch
+        regions.update(part_values=listed, part_indices=listed,
+                       hist_all=hist_words + (fine * HIST_BINS.value + ranked * RANK_STATE.value) * rows,
                        list_counts=rows * plan.splits)
-    if ranked:  # the unsorted winners (key bits, indices) and each row's range of them
-        regions.update(win_keys=rows * topk, win_indices=rows * topk, rank_bounds=2 * rows)
+    if ranked:  # the lists' entries packed per row (key bits, indices)
+        regions.update(rank_keys=listed, rank_cols=listed)
     offsets, words = {}, 0
     for name, size in regions.items():
         offsets[name] = (words, size)
@@ -267,34 +268,37 @@ def _topk_plan(q, q_scale, kv_cache, block_table, topk, fmt, fp8_flavor, program
             context_lens=Arg("context_lens"), part_values=Arg("part_values" if split else "out_values"),
             part_indices=Arg("part_indices" if split else "out_indices"),
             histogram=Arg("histogram") if split else dummy, list_counts=Arg("list_counts") if split else dummy,
-            fine=Arg("fine") if fine else dummy, N=n, G=g, S=plan.splits, C=plan.chunk, item0=item0, n_items=items, max_pages=max_pages, TOPK=topk,
+            fine=Arg("fine") if fine else dummy, rank_keys=Arg("rank_keys") if ranked else dummy,
+            rank_cols=Arg("rank_cols") if ranked else dummy, rank_state=Arg("rank_state") if ranked else dummy,
+            N=n, G=g, S=plan.splits, C=plan.chunk, item0=item0, n_items=items, max_pages=max_pages, TOPK=topk,
             BLOCK_T=nt, LIST_SIZE=plan.kp, LIST_SIZE_P2=kp_p2, BLOCK_SELECT=cfg.ch, SPLIT=split, HIST_COPIES=copies,
-            FINE=fine, BITS=cfg.bits))
-    if split:
+            FINE=fine, BITS=cfg.bits, RANKED=ranked))
+    if ranked:
+        sel = configs.for_target(configs.SELECT, target)
+        launches.append(Launch(
+            list_rank_kernel, (rows, cdiv(topk, sel.rank_slice)), dict(num_warps=sel.rank_warps),
+            fine=Arg("fine") if fine else dummy, rank_keys=Arg("rank_keys"), rank_cols=Arg("rank_cols"), rank_state=Arg("rank_state"),
+            out_values=Arg("out_values"), out_indices=Arg("out_indices"), S=plan.splits, LIST_SIZE=plan.kp, TOPK=topk,
+            SLICE=sel.rank_slice, TILE=min(next_pow2(topk), sel.rank_tile), FINE=fine))
+    elif split:
         s_p2 = next_pow2(plan.splits)
         launches.append(Launch(
             list_merge_kernel, (rows,), dict(num_warps=cfg.final_warps), part_values=Arg("part_values"),
             part_indices=Arg("part_indices"), list_counts=Arg("list_counts"), histogram=Arg("histogram"),
             fine=Arg("fine") if fine else dummy, cand_values=Arg("scores"), cand_indices=Arg("cand_indices"),
-            out_values=Arg("win_keys" if ranked else "out_values"),
-            out_indices=Arg("win_indices" if ranked else "out_indices"),
-            rank_bounds=Arg("rank_bounds") if ranked else dummy,
+            out_values=Arg("out_values"), out_indices=Arg("out_indices"),
             S=plan.splits, LIST_SIZE=plan.kp, TOPK=topk, TOPK_P2=next_pow2(topk), BLOCK_SELECT=cfg.final_ch, S_P2=s_p2,
-            BLOCK_COPY=max(1, FINAL_TILE // s_p2), HIST_COPIES=copies, FINE=fine, BITS=cfg.bits, RANKED=ranked))
+            BLOCK_COPY=max(1, FINAL_TILE // s_p2), HIST_COPIES=copies, FINE=fine, BITS=cfg.bits))
         offsets["cand_indices"] = (_align(listed), listed)  # inside scores
+    if split:
         at = offsets["hist_all"][0]
         offsets["histogram"] = (at, hist_words)
+        at += hist_words
         if fine:
-            offsets["fine"] = (at + hist_words, rows * HIST_BINS.value)
-    if ranked:
-        sel = configs.for_target(configs.SELECT, target)
-        launches.append(Launch(
-            rank_sort_kernel, (rows, cdiv(topk, sel.rank_slice)), dict(num_warps=sel.rank_warps),
-            k_start=Arg("rank_start"), k_end=Arg("rank_end"), win_keys=Arg("win_keys"),
-            win_indices=Arg("win_indices"), out_values=Arg("out_values"), out_indices=Arg("out_indices"), row0=0,
-            T=rows, K=topk, TOPK=topk, TOPK_P2=next_pow2(topk), SLICE=sel.rank_slice))
-        at = offsets["rank_bounds"][0]
-        offsets.update(rank_start=(at, rows), rank_end=(at + rows, rows))
+            offsets["fine"] = (at, rows * HIST_BINS.value)
+            at += rows * HIST_BINS.value
+        if ranked:
+            offsets["rank_state"] = (at, rows * RANK_STATE.value)
     regions = tuple((name, "scores", at, size, torch.float32 if name == "part_values" else torch.int32)
                     for name, (at, size) in offsets.items() if name != "scores")
     return TopkPlan(cfg, plan, nprog, words, regions, tuple(launches))
@@ -306,8 +310,8 @@ def paged_topk(q, q_scale, kv_cache, weights, block_table, context_lens, topk, f
     ``stats`` (tests, benchmarks) receives the split plan and the per-list candidate counts.
 
     Per call: a plan lookup (cached by shapes, dtypes, alignments, device, config), three
-    allocations (outputs, one workspace buffer), 2-5 launches (``fastlaunch.run``; the fifth ranks the
-    merge's winners when there are at most ``rank_rows`` token rows)."""
+    allocations (outputs, one workspace buffer), 2-4 launches (``fastlaunch.run``; with at most
+    ``rank_rows`` token rows the fourth ranks the lists' entries instead of merging them)."""
     def run(cfg, stats=None):
         return _paged_topk(q, q_scale, kv_cache, weights, block_table, context_lens, topk, fmt, fp8_flavor,
                            table, programs, stats, cfg)
@@ -400,7 +404,7 @@ _POINTERS = dict(q="*bf16", q_scale="*bf16", weights="*bf16", kv_cache="*u8", ta
                  out="*fp32", scores="*fp32", part_values="*fp32", part_indices="*i32", histogram="*i32",
                  list_counts="*i32", cand_values="*fp32", cand_indices="*i32", out_values="*fp32", out_indices="*i32",
                  bad_counts="*i32", row_start="*i64", out_payload="*u8", out_scales="*u8", buf="*i32", fine="*i32",
-                 rank_bounds="*i32", k_start="*i32", k_end="*i32", win_keys="*i32", win_indices="*i32")
+                 rank_keys="*i32", rank_cols="*i32", rank_state="*i32")
 
 
 _Q_POINTER = {torch.bfloat16: "*bf16", torch.float16: "*fp16", torch.float32: "*fp32"}
@@ -442,25 +446,27 @@ def aot_variants(target: str, cfg: configs.PagedConfig, head_dim: int = 128, hea
     mopts = dict(num_warps=cfg.merge_warps)
     for nt in (1, 4):
         for topk, split, copies in ((512, False, 1), (1024, True, 1), (2048, True, HIST_COPIES_MAX)):
+            ranked = split and nt == 1 and topk == 2048
             consts = dict(BLOCK_T=nt, LIST_SIZE=topk, LIST_SIZE_P2=next_pow2(topk), BLOCK_SELECT=cfg.ch, SPLIT=split,
-                          HIST_COPIES=copies, FINE=split, BITS=cfg.bits)
+                          HIST_COPIES=copies, FINE=split, BITS=cfg.bits, RANKED=ranked)
             sig = _signature(paged_select_kernel, consts)
-            yield (f"paged_select[NT={nt} topk={topk}{f' split, histogram x{copies}' if split else ''}]",
-                   paged_select_kernel, sig, consts, mopts, _aligned(paged_select_kernel, sig))
+            yield (f"paged_select[NT={nt} topk={topk}{f' split, histogram x{copies}' if split else ''}"
+                   f"{', ranked' if ranked else ''}]", paged_select_kernel, sig, consts, mopts,
+                   _aligned(paged_select_kernel, sig))
     for topk in (512, 1024, 2048):
         s_p2 = 256
         consts = dict(LIST_SIZE=topk, TOPK=topk, TOPK_P2=next_pow2(topk), BLOCK_SELECT=cfg.final_ch, S_P2=s_p2,
                       BLOCK_COPY=max(1, FINAL_TILE // s_p2), HIST_COPIES=HIST_COPIES_MAX if topk == 2048 else 1,
-                      FINE=topk != 1024, BITS=cfg.bits, RANKED=topk == 2048)
-        sig = dict(_signature(list_merge_kernel, consts), out_values="*i32" if consts["RANKED"] else "*fp32")
-        yield (f"paged_merge_final[topk={topk} S<=256{', fine' if consts['FINE'] else ''}"
-               f"{', ranked' if consts['RANKED'] else ''}]",
+                      FINE=topk != 1024, BITS=cfg.bits)
+        sig = _signature(list_merge_kernel, consts)
+        yield (f"paged_merge_final[topk={topk} S<=256{', fine' if consts['FINE'] else ''}]",
                list_merge_kernel, sig, consts, dict(num_warps=cfg.final_warps), _aligned(list_merge_kernel, sig))
-    sel = configs.for_target(configs.SELECT, target)  # top-512 and top-2048: the select engine's AOT variants
-    consts = dict(TOPK=1024, TOPK_P2=1024, SLICE=sel.rank_slice)
-    sig = _signature(rank_sort_kernel, consts)
-    yield ("paged_rank_sort[topk=1024]", rank_sort_kernel, sig, consts, dict(num_warps=sel.rank_warps),
-           _aligned(rank_sort_kernel, sig))
+    sel = configs.for_target(configs.SELECT, target)
+    for topk in (512, 2048):
+        consts = dict(LIST_SIZE=topk, TOPK=topk, SLICE=sel.rank_slice, TILE=min(topk, sel.rank_tile), FINE=True)
+        sig = _signature(list_rank_kernel, consts)
+        yield (f"paged_list_rank[topk={topk}]", list_rank_kernel, sig, consts, dict(num_warps=sel.rank_warps),
+               _aligned(list_rank_kernel, sig))
     consts = dict(BLOCK=ZERO_BLOCK)
     sig = _signature(zero_kernel, consts)
     yield "paged_zero", zero_kernel, sig, consts, dict(num_warps=4), _aligned(zero_kernel, sig, ints=())

@@ -1,19 +1,27 @@
 """The selection engine's chunked radix passes (long rows, few rows, and the rows the sampled
-filter flags); keys, digits and winners as in kernels/select.py. ``rank_sort_kernel`` also places
-the winners of the histogram select's merge for a few rows (kernels/select_hist.py).
+filter flags); keys, digits and winners as in kernels/select.py. ``place_ranked`` also places the
+winners of the histogram select for a few rows (kernels/select_hist.py).
 
 Every row is cut into chunks of CHUNK columns, one program per (row, chunk), a launch per digit
 pass. ``radix_pass_kernel`` adds its chunk's digit histogram to the row's (int atomics:
 deterministic); its last launch (PASS == PASSES) counts, per chunk, the keys equal to a threshold
 that is only partly needed (a no-op otherwise); ``radix_collect_kernel`` writes each chunk's
-winners at a position taken from a row counter; ``sort_rows_kernel`` sorts them, or, for a few
-rows, ``rank_sort_kernel`` places each winner at its rank from several programs per row.
+winners at a position taken from a row counter; ``sort_rows_kernel`` sorts them.
 Positions taken from the counter depend on timing; the sorted result does not.
+
+The ranked path (at most ``SelectConfig.rank_rows`` rows, too few to fill the GPU) stops after
+``rank_passes`` digit passes: ``compact_kernel`` copies every key whose top bits reach the
+threshold prefix (the winners, and the few others sharing the prefix: about k on continuous
+scores), and ``cand_rank_kernel`` places each candidate at its rank among them, rank = larger keys
+plus equal keys at lower columns, from topk / rank_slice programs per row. Five launches instead
+of eight; the rank does not depend on where the candidates were copied, so the result is
+deterministic. A row whose candidates overflow their slots (a run of equal or nearly equal scores
+at the threshold) is selected by one program, ``select_row`` below the prefix: exact, slower.
 """
 import triton
 import triton.language as tl
 
-from .select import digit_step, key_value, row_range, sel_key, sort_keys, store_winners, top_bits, winners
+from .select import digit_step, key_value, row_range, select_row, sel_key, sort_keys, store_winners, top_bits, winners
 
 
 @triton.jit
@@ -81,7 +89,7 @@ def radix_pass_kernel(
     n_chunks,  # chunks per row: cdiv(K, CHUNK)
     redo,  # [1 + rows] int32 or None: a count, then the rows to select (the filter's fallback)
     PASS: tl.constexpr,  # the digit of this launch, most significant first; PASSES: the tie count
-    PASSES: tl.constexpr,  # 32 // BITS
+    PASSES: tl.constexpr,  # digit passes of the state's layout: 32 // BITS, or rank_passes (the ranked path)
     TOPK: tl.constexpr,
     CHUNK: tl.constexpr,  # columns per program
     BITS: tl.constexpr,  # radix digit width
@@ -227,42 +235,115 @@ def _sort_row(k_start, k_end, out_values, out_indices, t, T, K, TOPK: tl.constex
 
 
 @triton.jit
-def rank_sort_kernel(
+def place_ranked(keys, cols, m, q, out_values, out_indices, TOPK: tl.constexpr, TILE: tl.constexpr, lo=0):
+    """Candidates q (a slice of positions) of a row's m entries (key bits at ``keys``, distinct
+    columns at ``cols``) go to out_values / out_indices [rank], rank = how many candidates have a
+    larger key, or the same key and a lower column, when below TOPK. Candidates are the entries
+    whose key is at least ``lo`` (entries below it are neither placed nor counted). The entries
+    are compared TILE at a time."""
+    mk = tl.load(keys + q, mask=q < m, other=0)
+    mi = tl.load(cols + q, mask=q < m, other=0)
+    rank = tl.zeros(q.shape, tl.int32)
+    for p0 in range(0, m, TILE):
+        p = p0 + tl.arange(0, TILE)
+        k = tl.load(keys + p, mask=p < m, other=0)
+        i = tl.load(cols + p, mask=p < m, other=0)[None, :]
+        before = (k[None, :] > mk[:, None]) | ((k[None, :] == mk[:, None]) & (i < mi[:, None]))
+        rank += tl.sum((before & ((p < m) & (k >= lo))[None, :]).to(tl.int32), 1)
+    win = (q < m) & (mk >= lo) & (rank < TOPK)
+    tl.store(out_values + rank, key_value(mk), mask=win)
+    tl.store(out_indices + rank, mi, mask=win)
+
+
+@triton.jit
+def pad_slots(out_values, out_indices, q, valid, TOPK: tl.constexpr):
+    """Slots q (a slice) from ``valid`` up to TOPK get -inf / -1."""
+    pad = (q >= valid) & (q < TOPK)
+    tl.store(out_values + q, float("-inf"), mask=pad)
+    tl.store(out_indices + q, -1, mask=pad)
+
+
+@triton.jit
+def compact_kernel(
+    scores,  # [rows, >= K] fp32: token t's scores in row r = t - row0
     k_start,  # [T] int32
     k_end,  # [T] int32
-    win_keys,  # [rows, TOPK] int32: the collected winners' key bits (scratch row r)
-    win_indices,  # [rows, TOPK] int32: their columns
+    state,  # [rows, ...] int32: the radix state after the digit passes (layout: _state_row)
+    cand_keys,  # [rows, CAP] int32 out: candidates' key bits
+    cand_cols,  # [rows, CAP] int32 out: their columns
+    row0,  # first token of this launch
+    T,  # tokens
+    K,  # columns of a row
+    stride_scores_r,
+    n_chunks,  # chunks per row: cdiv(K, CHUNK)
+    CAP,  # candidate slots per row
+    PASSES: tl.constexpr,  # digit passes run (the state's layout)
+    TOPK: tl.constexpr,
+    CHUNK: tl.constexpr,  # columns per program
+    BITS: tl.constexpr,  # radix digit width
+):
+    """Grid (rows, n_chunks), the ranked path (few rows) after PASSES digit passes: chunk c's keys whose
+    top nbits reach the threshold prefix (every winner, and the others sharing its prefix) at
+    positions reserved from the row's counter, as (key bits, column); past CAP they are only counted."""
+    r = tl.program_id(0)
+    c = tl.program_id(1)
+    t = row0 + r
+    if t < T:
+        st = _state_row(state, r, n_chunks, PASSES, BITS)
+        cols, m, key, n, any_ = _chunk(scores, k_start, k_end, r, t, c, K, stride_scores_r, CHUNK)
+        if any_:
+            thr, need, nbits, eq, done = _radix_state(st, n, TOPK, PASSES, PASSES, BITS)
+            take = m & ((key & top_bits(nbits)) >= thr)
+            base = tl.atomic_add(st + _at(2, PASSES, BITS), tl.sum(take.to(tl.int32), 0), sem="relaxed")
+            pos = base + tl.cumsum(take.to(tl.int32), 0) - 1
+            at = r.to(tl.int64) * CAP + pos
+            tl.store(cand_keys + at, key.to(tl.int32, bitcast=True), mask=take & (pos < CAP))
+            tl.store(cand_cols + at, cols, mask=take & (pos < CAP))
+
+
+@triton.jit
+def cand_rank_kernel(
+    scores,  # [rows, >= K] fp32: token t's scores in row r = t - row0 (read only by an overflowing row)
+    k_start,  # [T] int32
+    k_end,  # [T] int32
+    state,  # [rows, ...] int32: the radix state and the candidate count (layout: _state_row)
+    cand_keys,  # [rows, CAP] int32: candidates' key bits (compact_kernel)
+    cand_cols,  # [rows, CAP] int32: their columns
     out_values,  # [T, TOPK] fp32 out
     out_indices,  # [T, TOPK] int32 out
     row0,  # first token of this launch
     T,  # tokens
     K,  # columns of a row
+    stride_scores_r,
+    n_chunks,  # chunks per row: cdiv(K, CHUNK)
+    CAP,  # candidate slots per row
+    PASSES: tl.constexpr,  # digit passes run (the state's layout)
     TOPK: tl.constexpr,
     TOPK_P2: tl.constexpr,  # next power of two of TOPK
-    SLICE: tl.constexpr,  # winners placed per program
+    SLICE: tl.constexpr,  # candidates placed per program and step
+    TILE: tl.constexpr,  # candidates compared per step
+    BITS: tl.constexpr,  # radix digit width
+    BLOCK_SELECT: tl.constexpr,  # columns per step of the overflow's select_row
 ):
-    """Grid (rows, cdiv(TOPK, SLICE)), for few rows: each program places SLICE of row r's collected
-    winners (scratch row r) at their rank among all of them, rank = how many have a larger
-    key, or the same key and a lower column (columns are distinct), and pads its share of slots
-    past the count. Many small programs: a row's sort is a single latency-bound program else."""
+    """Grid (rows, G): program g places row r's candidates g * SLICE, (g + G) * SLICE, ... at their rank
+    among the row's m candidates (``place_ranked``): the rank is order-free, so where compact_kernel put
+    them does not matter. A row whose candidates overflowed CAP (keys crowding the threshold prefix:
+    many ties) is selected by its program 0 alone: ``select_row`` over the row below the passes' prefix."""
     r = tl.program_id(0)
     t = row0 + r
     if t < T:
-        s, e = row_range(k_start, k_end, t, K)
-        taken = tl.minimum(e - s, TOPK)
-        keys = win_keys.to(tl.pointer_type(tl.uint32)) + r.to(tl.int64) * TOPK
-        cols = win_indices + r.to(tl.int64) * TOPK
-        q = tl.program_id(1) * SLICE + tl.arange(0, SLICE)
-        mk = tl.load(keys + q, mask=q < taken, other=0)
-        mi = tl.load(cols + q, mask=q < taken, other=0)
-        p = tl.arange(0, TOPK_P2)
-        k = tl.load(keys + p, mask=p < taken, other=0)[None, :]
-        i = tl.load(cols + p, mask=p < taken, other=0)[None, :]
-        before = (k > mk[:, None]) | ((k == mk[:, None]) & (i < mi[:, None]))
-        rank = tl.sum((before & (p < taken)[None, :]).to(tl.int32), 1)
+        st = _state_row(state, r, n_chunks, PASSES, BITS)
+        m = tl.load(st + _at(2, PASSES, BITS))
         dst = t.to(tl.int64) * TOPK
-        tl.store(out_values + dst + rank, key_value(mk), mask=q < taken)
-        tl.store(out_indices + dst + rank, mi, mask=q < taken)
-        pad = (q >= taken) & (q < TOPK)
-        tl.store(out_values + dst + q, float("-inf"), mask=pad)
-        tl.store(out_indices + dst + q, -1, mask=pad)
+        if m <= CAP:
+            keys = cand_keys.to(tl.pointer_type(tl.uint32)) + r.to(tl.int64) * CAP
+            for q0 in range(tl.program_id(1) * SLICE, tl.maximum(m, TOPK), tl.num_programs(1) * SLICE):
+                q = q0 + tl.arange(0, SLICE)
+                place_ranked(keys, cand_cols + r.to(tl.int64) * CAP, m, q, out_values + dst, out_indices + dst, TOPK,
+                             TILE)
+                pad_slots(out_values + dst, out_indices + dst, q, m, TOPK)
+        elif tl.program_id(1) == 0:
+            s, e = row_range(k_start, k_end, t, K)
+            thr, need, nbits, eq, done = _radix_state(st, e - s, TOPK, PASSES, PASSES, BITS)
+            select_row(scores + r.to(tl.int64) * stride_scores_r, s, e, out_values + dst, out_indices + dst, TOPK,
+                       TOPK_P2, BLOCK_SELECT, BITS=BITS, START_BITS=PASSES * BITS, start_thr=thr, start_need=need)

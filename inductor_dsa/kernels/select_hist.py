@@ -13,8 +13,10 @@ next 11 bits, and the merge keeps only the entries whose top 22 bits reach the k
 candidates.
 
 ``list_merge_kernel`` concatenates a row's lists (column order kept, so ties still go to the
-lower column) and runs ``select_row`` over them, sorted there, or, for a few rows (RANKED), left
-to ``select_chunked.rank_sort_kernel``, which places the winners from many programs.
+lower column) and runs ``select_row`` over them, sorted there. For a few rows (RANKED in the
+select kernel) each chunk also copies its list to the row's candidates, packed from a row counter,
+and ``list_rank_kernel`` places every candidate at or above the 22-bit prefix at its rank among them
+from many programs per row (``select_chunked.place_ranked``): a one-program merge is latency-bound.
 
 Tried for ``logits_topk``'s few long rows (a counting kernel and a list kernel over (row, chunk)
 programs, then this merge), and slower than the chunked radix passes on an H100: 1 x 131072
@@ -26,10 +28,12 @@ import triton
 import triton.language as tl
 
 from .select import sel_key, select_row
+from .select_chunked import pad_slots, place_ranked
 
 HIST_BINS = tl.constexpr(2048)  # histogram of the top 11 bits of the order-preserving key
 HIST_SHIFT = tl.constexpr(21)
 FINE_SHIFT = tl.constexpr(10)  # the fine histogram: key bits [10, 21) of the keys in the threshold bin
+RANK_STATE = tl.constexpr(5)  # int32 words per row of the ranked lists' state (list_rank_kernel)
 
 
 @triton.jit
@@ -59,8 +63,11 @@ def chunk_list(src, c0, c1, hist_row, fine_row, list_values, list_indices, TOPK,
     """The partial list of the chunk src[c0:c1] (index j for src[j]) of a row whose histograms are at
     hist_row: its scores in bins >= the row's threshold bin T, in column order, into list_values /
     list_indices, or its exact top LIST_SIZE when more pass. With FINE its bin-T keys are counted by
-    their next 11 bits at fine_row. Returns the list's length."""
-    thr = threshold(row_histogram(hist_row, HIST_COPIES), TOPK)[0]
+    their next 11 bits at fine_row. Returns (the list's length, T, the keys in bins above T, the keys
+    counted)."""
+    h = row_histogram(hist_row, HIST_COPIES)
+    thr, above = threshold(h, TOPK)
+    counted = tl.sum(h, 0)
     taken = tl.zeros((), tl.int32)
     for j0 in range(c0, c1, BLOCK_SELECT):
         j = j0 + tl.arange(0, BLOCK_SELECT)
@@ -79,7 +86,7 @@ def chunk_list(src, c0, c1, hist_row, fine_row, list_values, list_indices, TOPK,
         tl.debug_barrier()
         select_row(src, c0, c1, list_values, list_indices, LIST_SIZE, LIST_SIZE_P2, BLOCK_SELECT, False, BITS=BITS)
         taken = LIST_SIZE
-    return taken
+    return taken, thr, above, counted
 
 
 @triton.jit
@@ -87,6 +94,20 @@ def zero_kernel(buf, n, BLOCK: tl.constexpr):
     """buf[0:n] = 0 (int32), BLOCK words per program."""
     i = tl.program_id(0).to(tl.int64) * BLOCK + tl.arange(0, BLOCK)
     tl.store(buf + i, tl.zeros((BLOCK,), tl.int32), mask=i < n)
+
+
+@triton.jit
+def prefix22(fine_row, t1, above, TOPK, FINE: tl.constexpr):
+    """(lo, need) of a row whose k-th largest key lies in bin t1 with ``above`` keys in higher bins:
+    with FINE (the fine histogram at fine_row complete) the top 22 bits of that key, (t1 << 11) |
+    t2, and how many of the keys with that prefix are winners; else t1 << 11 and bin t1's need."""
+    lo = (t1 << (HIST_SHIFT - FINE_SHIFT)).to(tl.uint32)
+    need = TOPK - above
+    if FINE:
+        t2, above2 = threshold(tl.load(fine_row + tl.arange(0, HIST_BINS)), need)
+        lo = lo | t2.to(tl.uint32)
+        need -= above2
+    return lo, need
 
 
 @triton.jit
@@ -98,9 +119,8 @@ def list_merge_kernel(
     fine,  # FINE: int32 [rows, HIST_BINS] fine histograms of the threshold bins; else unused
     cand_values,  # fp32 [rows, S * LIST_SIZE] scratch: the row's concatenated lists
     cand_indices,  # int32, same shape
-    out_values,  # fp32 [rows, TOPK] out; RANKED: int32 key bits of the unsorted winners (rank_sort_kernel's input)
+    out_values,  # fp32 [rows, TOPK] out
     out_indices,  # int32 [rows, TOPK] out
-    rank_bounds,  # RANKED: int32 [2, rows] out: 0, then the winners of each row; else unused
     S,  # lists per row
     LIST_SIZE: tl.constexpr,  # entries per partial list
     TOPK: tl.constexpr,  # k of the top-k
@@ -111,12 +131,9 @@ def list_merge_kernel(
     HIST_COPIES: tl.constexpr,  # copies of each row's key histogram
     FINE: tl.constexpr,  # the fine histograms are counted (complete when the lists were made)
     BITS: tl.constexpr,  # radix digit width
-    RANKED: tl.constexpr,  # leave the winners unsorted for rank_sort_kernel (few rows)
 ):
     """One program per row: concatenate its S lists (order kept) into cand[row] and select the final
-    sorted, padded top-TOPK from them (RANKED: the winners' key bits and indices, in list order, and
-    the range [0, min(candidates, TOPK)) of them into rank_bounds[:, row], for ``rank_sort_kernel``:
-    one program's bitonic sort is latency-bound). With FINE only the entries whose top 22 key bits
+    sorted, padded top-TOPK from them. With FINE only the entries whose top 22 key bits
     reach the k-th largest key's, (T << 11) | T2, are copied: T from the key histogram, T2 the fine
     histogram's threshold for the TOPK - (keys above bin T) still needed from bin T (about TOPK
     candidates instead of TOPK plus bin T's population), and the select starts below that prefix."""
@@ -125,11 +142,9 @@ def list_merge_kernel(
     c = tl.load(list_counts + row * S + sl, mask=sl < S, other=0)
     lo = tl.zeros((), tl.uint32)
     need = tl.zeros((), tl.int32)
-    if FINE:
+    if FINE:  # need: the winners among the keys whose top 22 bits are lo
         t1, above = threshold(row_histogram(histogram + row * HIST_COPIES * HIST_BINS, HIST_COPIES), TOPK)
-        t2, above2 = threshold(tl.load(fine + row * HIST_BINS + tl.arange(0, HIST_BINS)), TOPK - above)
-        lo = ((t1 << (HIST_SHIFT - FINE_SHIFT)) | t2).to(tl.uint32)
-        need = TOPK - above - above2  # winners among the keys whose top 22 bits are lo
+        lo, need = prefix22(fine + row * HIST_BINS, t1, above, TOPK, True)
     src = row * S * LIST_SIZE
     lists = src + sl[:, None] * LIST_SIZE  # list starts, [S_P2, 1]
     kept = c  # entries of each list at or above lo: all of them without FINE (lo = 0)
@@ -156,8 +171,51 @@ def list_merge_kernel(
     tl.debug_barrier()
     # with FINE the top 22 (32 - FINE_SHIFT) bits of the threshold are lo: two passes of 5-bit digits at most
     select_row(cand_values + src, 0, total, out_values + row * TOPK, out_indices + row * TOPK, TOPK, TOPK_P2,
-               BLOCK_SELECT, True, cand_indices + src, 5 if FINE else BITS, SORT_HERE=not RANKED,
+               BLOCK_SELECT, True, cand_indices + src, 5 if FINE else BITS,
                START_BITS=22 if FINE else 0, start_thr=lo << FINE_SHIFT, start_need=need)
-    if RANKED:
-        tl.store(rank_bounds + row, 0)
-        tl.store(rank_bounds + tl.num_programs(0) + row, tl.minimum(total, TOPK))
+
+
+@triton.jit
+def rank_arrive(rank_state, row, S, t1, above, counted):
+    """Called by each of a row's S chunk programs once its list is packed, with ``chunk_list``'s
+    (T, above, counted): the last to arrive (acq_rel counter), whose key histograms held every chunk,
+    stores them into rank_state[row, 2:5] for ``list_rank_kernel``."""
+    st = rank_state + row * RANK_STATE
+    if tl.atomic_add(st + 1, 1, sem="acq_rel") == S - 1:
+        tl.store(st + 2, t1)
+        tl.store(st + 3, above)
+        tl.store(st + 4, counted)
+
+
+@triton.jit
+def list_rank_kernel(
+    fine,  # FINE: int32 [rows, HIST_BINS] fine histograms of the threshold bins; else unused
+    rank_keys,  # int32 [rows, S * LIST_SIZE]: the row's list entries' key bits, packed
+    rank_cols,  # int32, same shape: their indices
+    rank_state,  # int32 [rows, RANK_STATE]: entries packed, arrivals, then (rank_arrive) T, above, keys counted
+    out_values,  # fp32 [rows, TOPK] out
+    out_indices,  # int32 [rows, TOPK] out
+    S,  # lists per row
+    LIST_SIZE: tl.constexpr,  # entries per partial list
+    TOPK: tl.constexpr,  # k of the top-k
+    SLICE: tl.constexpr,  # entries placed per program and step
+    TILE: tl.constexpr,  # entries compared per step
+    FINE: tl.constexpr,  # the fine histograms are complete
+):
+    """Grid (rows, G), for a few rows: program g places the row's packed entries g * SLICE, (g + G) *
+    SLICE, ... whose key reaches the row's prefix bound (``prefix22``: the top 22 bits of the k-th
+    key's, or without FINE its top 11) at their rank among those (``place_ranked``; exact: the
+    lists hold every winner and every key that beats one), and pads the slots past the visible keys.
+    The rank does not depend on the order in which the chunks packed their lists."""
+    row = tl.program_id(0).to(tl.int64)
+    st = rank_state + row * RANK_STATE
+    m = tl.load(st)
+    lo, need = prefix22(fine + row * HIST_BINS, tl.load(st + 2), tl.load(st + 3), TOPK, FINE)
+    visible = tl.load(st + 4)
+    at = row * S * LIST_SIZE
+    dst = row * TOPK
+    for q0 in range(tl.program_id(1) * SLICE, tl.maximum(m, TOPK), tl.num_programs(1) * SLICE):
+        q = q0 + tl.arange(0, SLICE)
+        place_ranked(rank_keys.to(tl.pointer_type(tl.uint32)) + at, rank_cols + at, m, q, out_values + dst,
+                     out_indices + dst, TOPK, TILE, lo << FINE_SHIFT)
+        pad_slots(out_values + dst, out_indices + dst, q, visible, TOPK)

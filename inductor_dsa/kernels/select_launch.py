@@ -4,8 +4,9 @@ The method depends only on shapes, never on data: one program per row (``select_
 rows are many and at most ``row_max`` long; the sampled filter for many longer rows (at least
 ``filter_rows``): a candidate bound per row from a sample, one pass copying the keys above it,
 ``select_row`` over those, and the chunked passes for the rows it flags; otherwise the chunked
-radix passes over (row, chunk) programs, whose winners are sorted per row, or ranked by several
-programs per row when the rows are too few to fill the GPU.
+radix passes over (row, chunk) programs, whose winners are sorted per row; when the rows are too
+few to fill the GPU (at most ``rank_rows``), the ranked path: two of those passes, then the keys at
+or above the threshold prefix compacted and ranked by several programs per row.
 """
 from __future__ import annotations
 
@@ -14,12 +15,12 @@ import torch
 from . import configs
 from .host import cdiv, next_pow2
 from .select import select_kernel
-from .select_chunked import radix_collect_kernel, radix_pass_kernel, rank_sort_kernel, sort_rows_kernel
+from .select_chunked import cand_rank_kernel, compact_kernel, radix_collect_kernel, radix_pass_kernel, sort_rows_kernel
 from .select_filter import cand_select_kernel, filter_kernel, sample_kernel
 
 _TYPES = dict(z="fp32", scores="*fp32", k_start="*i32", k_end="*i32", state="*i32", out_values="*fp32",
               out_indices="*i32", win_keys="*i32", win_indices="*i32", filt="*i32", redo="*i32",
-              cand_scores="*fp32", cand_cols="*i32")  # argument types for the AOT signatures (else i32)
+              cand_scores="*fp32", cand_cols="*i32", cand_keys="*i32")  # argument types for the AOT signatures (else i32)
 
 
 def chunked(rows: int, n: int, cfg: configs.SelectConfig) -> bool:
@@ -38,8 +39,12 @@ def cand_slots(n: int, topk: int, cfg: configs.SelectConfig) -> int:
 
 
 def scratch_bytes(rows: int, n: int, topk: int, cfg: configs.SelectConfig) -> int:
-    """Device bytes the select of rows x n scores allocates beyond its outputs (the filter's
-    candidates; the radix state, smaller, is left out)."""
+    """Device bytes the select of rows x n scores allocates beyond its outputs (the sampled filter's
+    or the ranked path's candidates; the radix state, smaller, is left out)."""
+    if not chunked(rows, n, cfg):
+        return 0
+    if rows <= cfg.rank_rows:
+        return rows * rank_cap(topk, cfg) * 8
     return rows * cand_slots(n, topk, cfg) * 8 if filtered(rows, n, cfg) else 0
 
 
@@ -76,6 +81,9 @@ def select(src, row0: int, rows: int, t: int, n: int, k_start, k_end, out_v, out
             sort_rows_kernel[(rows,)](k_start, k_end, out_v, out_i, row0, t, n, None, TOPK=topk, TOPK_P2=topk_p2,
                                       num_warps=row_sort_warps(topk, cfg))
         return None
+    if rows <= cfg.rank_rows:  # never filtered: filter_rows > rank_rows
+        _ranked(src, row0, rows, t, n, k_start, k_end, out_v, out_i, topk, cfg)
+        return None
     redo = _filter(src, row0, rows, t, n, k_start, k_end, out_v, out_i, topk, cfg) if filtered(rows, n, cfg) else None
     _chunked(src, row0, rows, t, n, k_start, k_end, out_v, out_i, topk, cfg, redo)
     return redo
@@ -105,36 +113,53 @@ def _filter(src, row0, rows, t, n, k_start, k_end, out_v, out_i, topk, cfg):
 def _chunked(src, row0, rows, t, n, k_start, k_end, out_v, out_i, topk, cfg, redo=None):
     """The chunked radix passes over the rows (only those listed in ``redo`` when given, on a grid of
     about ``chunk_programs`` per multiprocessor whose programs walk the list), then the per-row sort
-    (of every row unless the filter sorted the others) or the rank sort."""
+    (of every row unless the filter sorted the others)."""
     topk_p2 = next_pow2(topk)
     bits, chunk = cfg.pass_bits, chunk_size(src.device, rows, n, cfg)
     passes = 32 // bits
     s = cdiv(n, chunk)
     grid_rows = rows if redo is None else min(rows, cdiv(configs.wave_programs(src.device, cfg.chunk_programs), s))
-    # the layout of select_chunked._state_row
-    state = torch.zeros((rows, passes * ((1 << bits) + 1) + 6 + s), dtype=torch.int32, device=src.device)
+    state = _state(rows, passes, bits, s, src.device)
     common = dict(TOPK=topk, CHUNK=chunk, BITS=bits, num_warps=cfg.chunk_warps if redo is None else cfg.fallback_warps)
     args = (src, k_start, k_end, state, row0, t, n, src.stride(0), s, redo)
     for p in range(passes + 1):  # the digit passes, then the tie count
         radix_pass_kernel[(grid_rows, s)](*args, PASS=p, PASSES=passes, **common)
-    rank = redo is None and rows <= cfg.rank_rows
-    # ranked: winners go to a scratch [rows, topk] pair first (the ranking reads them all)
-    if rank:
-        win_keys, win_indices = torch.empty((2, rows, topk), dtype=torch.int32, device=src.device)
-    else:
-        win_keys, win_indices = out_v, out_i
-    radix_collect_kernel[(grid_rows, s)](*args[:4], win_keys, win_indices, *args[4:], 0 if rank else 1,
-                                         PASSES=passes, N_CHUNKS_P2=next_pow2(s), **common)
-    if rank:
-        rank_sort_kernel[(rows, cdiv(topk, cfg.rank_slice))](
-            k_start, k_end, win_keys, win_indices, out_v, out_i, row0, t, n, TOPK=topk, TOPK_P2=topk_p2,
-            SLICE=cfg.rank_slice, num_warps=cfg.rank_warps)
-    else:
-        listed = redo is not None and topk < cfg.sort_apart  # the filter sorted the other rows
-        grid = min(rows, configs.wave_programs(src.device, 1)) if listed else rows
-        sort_rows_kernel[(grid,)](k_start, k_end, out_v, out_i, row0, t, n, redo if listed else None, TOPK=topk,
-                                  TOPK_P2=topk_p2,
-                                  num_warps=cfg.sort_warps if redo is None else row_sort_warps(topk, cfg))
+    radix_collect_kernel[(grid_rows, s)](*args[:4], out_v, out_i, *args[4:], 1, PASSES=passes,
+                                         N_CHUNKS_P2=next_pow2(s), **common)
+    listed = redo is not None and topk < cfg.sort_apart  # the filter sorted the other rows
+    grid = min(rows, configs.wave_programs(src.device, 1)) if listed else rows
+    sort_rows_kernel[(grid,)](k_start, k_end, out_v, out_i, row0, t, n, redo if listed else None, TOPK=topk,
+                              TOPK_P2=topk_p2, num_warps=cfg.sort_warps if redo is None else row_sort_warps(topk, cfg))
+
+
+def rank_cap(topk: int, cfg: configs.SelectConfig) -> int:
+    """Candidate slots per row of the ranked path."""
+    return cfg.rank_cap * next_pow2(topk)
+
+
+def _ranked(src, row0, rows, t, n, k_start, k_end, out_v, out_i, topk, cfg):
+    """Few rows (at most ``rank_rows``): ``rank_passes`` digit passes fix the threshold's top bits, the
+    keys at or above that prefix (the winners and the few others sharing it) are compacted, and
+    ``topk / rank_slice`` programs per row place each at its rank among them (a row whose candidates
+    overflow ``rank_cap`` slots is selected below the prefix by one program)."""
+    bits, chunk, passes = cfg.pass_bits, chunk_size(src.device, rows, n, cfg), cfg.rank_passes
+    s, cap = cdiv(n, chunk), rank_cap(topk, cfg)
+    state = _state(rows, passes, bits, s, src.device)
+    common = dict(PASSES=passes, TOPK=topk, CHUNK=chunk, BITS=bits, num_warps=cfg.chunk_warps)
+    args = (src, k_start, k_end, state, row0, t, n, src.stride(0), s)
+    for p in range(passes):
+        radix_pass_kernel[(rows, s)](*args, None, PASS=p, **common)
+    cand_keys, cand_cols = torch.empty((2, rows, cap), dtype=torch.int32, device=src.device)
+    compact_kernel[(rows, s)](*args[:4], cand_keys, cand_cols, *args[4:], cap, **common)
+    cand_rank_kernel[(rows, cdiv(topk, cfg.rank_slice))](
+        *args[:4], cand_keys, cand_cols, out_v, out_i, *args[4:], cap, PASSES=passes, TOPK=topk,
+        TOPK_P2=next_pow2(topk), SLICE=cfg.rank_slice, TILE=min(next_pow2(topk), cfg.rank_tile), BITS=bits,
+        BLOCK_SELECT=cfg.ch, num_warps=cfg.rank_warps)
+
+
+def _state(rows, passes, bits, n_chunks, device):
+    """The zeroed radix state of select_chunked._state_row's layout."""
+    return torch.zeros((rows, passes * ((1 << bits) + 1) + 6 + n_chunks), dtype=torch.int32, device=device)
 
 
 def aot_variants(cfg: configs.SelectConfig, n: int = 1 << 20, tokens: int = 4096, filter_n: int = 65536):
@@ -151,17 +176,22 @@ def aot_variants(cfg: configs.SelectConfig, n: int = 1 << 20, tokens: int = 4096
         return (f"select_{name}[topk={topk}]", kernel, sig, consts, dict(num_warps=warps),
                 {a: v for a, v in ints.items() if a in kernel.arg_names})
 
-    ints = dict(row0=0, T=1, K=n, stride_scores_r=n, n_chunks=s, by_token=1)
+    ints = dict(row0=0, T=1, K=n, stride_scores_r=n, n_chunks=s, by_token=1, CAP=1 << 13)
     many = dict(ints, T=tokens, K=filter_n, stride_scores_r=filter_n, n_chunks=cdiv(filter_n, cfg.chunk))
     for topk in (512, 2048):
         common = dict(TOPK=topk, CHUNK=cfg.chunk, BITS=cfg.pass_bits, PASSES=passes)
         sort = dict(TOPK=topk, TOPK_P2=next_pow2(topk))
+        ranked = dict(common, PASSES=cfg.rank_passes)
         kernels = [("radix_pass[pass=0]", radix_pass_kernel, dict(common, PASS=0), cfg.chunk_warps),
                    ("radix_pass[pass=1]", radix_pass_kernel, dict(common, PASS=1), cfg.chunk_warps),
                    ("radix_ties", radix_pass_kernel, dict(common, PASS=passes), cfg.chunk_warps),
                    ("radix_collect", radix_collect_kernel, dict(common, N_CHUNKS_P2=next_pow2(s)), cfg.chunk_warps),
                    ("sort_rows", sort_rows_kernel, sort, cfg.sort_warps),
-                   ("rank_sort", rank_sort_kernel, dict(sort, SLICE=cfg.rank_slice), cfg.rank_warps)]
+                   ("ranked_pass", radix_pass_kernel, dict(ranked, PASS=cfg.rank_passes - 1), cfg.chunk_warps),
+                   ("compact", compact_kernel, ranked, cfg.chunk_warps),
+                   ("cand_rank", cand_rank_kernel,
+                    dict(sort, PASSES=cfg.rank_passes, SLICE=cfg.rank_slice, TILE=min(next_pow2(topk), cfg.rank_tile),
+                         BITS=cfg.pass_bits, BLOCK_SELECT=cfg.ch), cfg.rank_warps)]
         for name, kernel, consts, warps in kernels:
             yield variant(name, topk, kernel, dict(consts, redo=None) if "redo" in kernel.arg_names else consts,
                           warps, ints)
