@@ -1,11 +1,12 @@
 """The selection engine (kernels/select.py) against the float64 oracle, exactly: every path
 (one program per row, sorting in-kernel, by 32-bit keys or 64-bit words, or apart; the sampled
 filter, with its fallback forced by misses, overflows and partial ties; chunked passes with a
-per-row bitonic sort or the multi-program rank sort), odd lengths, long rows, ties, +-0, -inf,
-NaN of either sign, subnormals, empty and out-of-range ranges, k above the visible count. On the
-CPU the interpreter's config sends rows above 256 columns to the sampled filter when there are
-at least 4 rows, else to the chunked path, as it does rows of over 64 columns when fewer than 3
-(configs.SELECT["interpreter"])."""
+per-row bitonic sort, or for a few rows the ranked path, its candidates ranked by many programs
+or, on overflow, selected by one), odd lengths, long rows, ties, +-0, -inf, NaN of either sign,
+subnormals, empty and out-of-range ranges, k above the visible count. On the CPU the
+interpreter's config sends rows above 256 columns to the sampled filter when there are at least 4
+rows, else to the chunked path, as it does rows of over 64 columns when fewer than 3, the ranked
+path at most 2 of them (configs.SELECT["interpreter"])."""
 import dataclasses
 
 import pytest
@@ -223,6 +224,33 @@ def test_ranked_path_ranks_or_falls_back(kind, cap, overflow, gen, monkeypatch):
     if overflow is not None:
         assert over == [overflow] * rows
     _check(x, topk, *reference.full_ranges(rows, n))
+
+
+@pytest.mark.parametrize("m,topk", [(300, 64), (40, 64), (700, 600)])
+def test_packed_entries_rank_in_any_order(m, topk, gen):
+    """``list_rank_kernel`` (the paged ranked path; ``place_ranked`` also serves ``cand_rank_kernel``)
+    places packed (key, column) entries by rank: the same output whatever order the chunks packed
+    them in (on the GPU that order follows timing; the interpreter's is fixed, so it is shuffled
+    here), equal to a sort by descending key, then column, and -inf / -1 padded past the count."""
+    from inductor_dsa.kernels.select_hist import RANK_STATE, list_rank_kernel
+    keys = torch.randint(0x3F000000, 0x3F000000 + 50, (m,), generator=gen, dtype=torch.int64)  # many ties
+    cols = torch.randperm(10 * m, generator=gen)[:m]
+    order = sorted(range(m), key=lambda j: (-int(keys[j]), int(cols[j])))[:topk]
+    got = []
+    for _ in range(2):
+        perm = torch.randperm(m, generator=gen)
+        state = torch.tensor([[m, 1, 0, 0, m] + [0] * (RANK_STATE.value - 5)], dtype=torch.int32)
+        out_v = torch.empty((1, topk), dtype=torch.float32)
+        out_i = torch.empty((1, topk), dtype=torch.int32)
+        args = [keys[perm].to(torch.int32), cols[perm].to(torch.int32), state, out_v, out_i]
+        args = [a.to(DEVICE) for a in args]
+        list_rank_kernel[(1, 4)](args[0], *args, 1, LIST_SIZE=m, TOPK=topk, SLICE=8, TILE=64, FINE=False)
+        got.append((args[3].cpu(), args[4].cpu()))
+    want_i = torch.full((topk,), -1, dtype=torch.int32)
+    want_i[:len(order)] = cols[order].to(torch.int32)
+    assert torch.equal(got[0][1][0], want_i) and torch.equal(got[1][1][0], want_i)
+    assert torch.equal(got[0][0], got[1][0])
+    assert torch.isinf(got[0][0][0, len(order):]).all()
 
 
 FILTER_CASES = [(4, 300, 8), (6, 1000, 100), (5, 257, 200), (8, 1100, 33), (4, 700, 700)]
