@@ -41,6 +41,24 @@ def test_topk_nan_and_zero_ranking_exact(split, topk, gen):
     assert torch.equal(idx.cpu(), want_i) and torch.equal(vals.cpu(), want_v)
 
 
+@pytest.mark.parametrize("entries", [0, 8])
+def test_ranked_rows_merge_when_their_lists_crowd(entries, gen, monkeypatch):
+    """A few token rows skip the merge: ``list_rank_kernel`` ranks their packed list entries, or,
+    past rank_entries x next_pow2(k) of them (a run of ties crowding every chunk's list; forced here
+    with 0), its program 0 merges the lists as ``list_merge_kernel`` would. Integer scores (many
+    ties); both exact."""
+    target = configs.target_for(torch.device(DEVICE))
+    cfg = dataclasses.replace(configs.PAGED[target], **SPLITS["split48-bn16"], rank_entries=entries)
+    monkeypatch.setitem(configs.PAGED, target, cfg)
+    case = make_case(gen, n=2, h=2, d=32, ctx=[190, 64, 130], ints=True)
+    stats = {}
+    q, cache, w, bt, ctx = to_device(case)
+    vals, idx = paged_launch.paged_topk(q, None, cache, w, bt, ctx, 40, "mxfp4", "fn", stats=stats)
+    assert stats["plan"].splits > 1 and q.shape[0] * q.shape[1] <= cfg.rank_rows
+    want_v, want_i = reference.paged_indexer_topk(*case, 40)
+    assert torch.equal(idx.cpu(), want_i) and torch.equal(vals.cpu(), want_v)
+
+
 @pytest.mark.parametrize("split", list(SPLITS), indirect=True)
 @pytest.mark.parametrize("fmt,flavor", [("mxfp4", "fn"), ("fp8", "fn"), ("fp8", "fnuz")])
 @pytest.mark.parametrize("programs", [None, 64], ids=["waves", "one-wave"])

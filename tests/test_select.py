@@ -11,6 +11,7 @@ import dataclasses
 
 import pytest
 import torch
+import triton
 from hypothesis import given, strategies as st
 
 import inductor_dsa as idsa
@@ -243,9 +244,12 @@ def test_packed_entries_rank_in_any_order(m, topk, gen):
         out_v = torch.empty((1, topk), dtype=torch.float32)
         out_i = torch.empty((1, topk), dtype=torch.int32)
         args = [keys[perm].to(torch.int32), cols[perm].to(torch.int32), state, out_v, out_i]
-        args = [a.to(DEVICE) for a in args]
-        list_rank_kernel[(1, 4)](args[0], *args, 1, LIST_SIZE=m, TOPK=topk, SLICE=8, TILE=64, FINE=False)
-        got.append((args[3].cpu(), args[4].cpu()))
+        k_, c_, state, out_v, out_i = [a.to(DEVICE) for a in args]
+        unused = out_i  # the merge fallback's operands (a row of at most RANK_MAX entries is ranked)
+        list_rank_kernel[(1, 4)](unused, unused, unused, unused, unused, unused, unused, k_, c_, state, out_v, out_i,
+                                 1, m, LIST_SIZE=m, TOPK=topk, TOPK_P2=triton.next_power_of_2(topk), SLICE=8,
+                                 TILE=64, BLOCK_SELECT=64, S_P2=1, BLOCK_COPY=64, HIST_COPIES=1, FINE=False, BITS=8)
+        got.append((out_v.cpu(), out_i.cpu()))
     want_i = torch.full((topk,), -1, dtype=torch.int32)
     want_i[:len(order)] = cols[order].to(torch.int32)
     assert torch.equal(got[0][1][0], want_i) and torch.equal(got[1][1][0], want_i)

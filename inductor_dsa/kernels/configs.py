@@ -246,8 +246,11 @@ class PagedConfig:
     final_ch: int = 512   # BLOCK_SELECT of the final merge (sm90 at 1024: 12 B spilled, triton 3.7)
     bits: int = 8       # radix digit width of the chunk select and the final merge
     hist_span: int = 131072  # context rows per copy of a token row's key histogram (paged_launch.hist_copies)
-    rank_rows: int = 2  # at most this many token rows (split): the final merge's winners are placed by
-                        # rank_sort_kernel, many programs per row (SelectConfig's rank_slice / rank_warps).
+    rank_rows: int = 2  # at most this many token rows (split): no merge, the lists' entries are ranked
+                        # by many programs per row (select_hist.list_rank_kernel; SelectConfig's rank_*) ...
+    rank_entries: int = 8  # ... while they are at most rank_entries x next_pow2(topk) (else, a run of
+                           # ties crowding the threshold, the ranking's compares would grow as their
+                           # square: one program merges them)
                         # H100, replay: B=1 L=2**20 top-2048 157 -> 131 us; B=8 L=262144 top-1024 201 -> 206
     extra: dict = field(default_factory=dict)  # backend-specific knobs
 

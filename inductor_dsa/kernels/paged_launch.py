@@ -273,24 +273,23 @@ def _topk_plan(q, q_scale, kv_cache, block_table, topk, fmt, fp8_flavor, program
             N=n, G=g, S=plan.splits, C=plan.chunk, item0=item0, n_items=items, max_pages=max_pages, TOPK=topk,
             BLOCK_T=nt, LIST_SIZE=plan.kp, LIST_SIZE_P2=kp_p2, BLOCK_SELECT=cfg.ch, SPLIT=split, HIST_COPIES=copies,
             FINE=fine, BITS=cfg.bits, RANKED=ranked))
-    if ranked:
-        sel = configs.for_target(configs.SELECT, target)
-        launches.append(Launch(
-            list_rank_kernel, (rows, cdiv(topk, sel.rank_slice)), dict(num_warps=sel.rank_warps),
-            fine=Arg("fine") if fine else dummy, rank_keys=Arg("rank_keys"), rank_cols=Arg("rank_cols"), rank_state=Arg("rank_state"),
-            out_values=Arg("out_values"), out_indices=Arg("out_indices"), S=plan.splits, LIST_SIZE=plan.kp, TOPK=topk,
-            SLICE=sel.rank_slice, TILE=min(next_pow2(topk), sel.rank_tile), FINE=fine))
-    elif split:
-        s_p2 = next_pow2(plan.splits)
-        launches.append(Launch(
-            list_merge_kernel, (rows,), dict(num_warps=cfg.final_warps), part_values=Arg("part_values"),
-            part_indices=Arg("part_indices"), list_counts=Arg("list_counts"), histogram=Arg("histogram"),
-            fine=Arg("fine") if fine else dummy, cand_values=Arg("scores"), cand_indices=Arg("cand_indices"),
-            out_values=Arg("out_values"), out_indices=Arg("out_indices"),
-            S=plan.splits, LIST_SIZE=plan.kp, TOPK=topk, TOPK_P2=next_pow2(topk), BLOCK_SELECT=cfg.final_ch, S_P2=s_p2,
-            BLOCK_COPY=max(1, FINAL_TILE // s_p2), HIST_COPIES=copies, FINE=fine, BITS=cfg.bits))
-        offsets["cand_indices"] = (_align(listed), listed)  # inside scores
     if split:
+        s_p2 = next_pow2(plan.splits)
+        merge = dict(part_values=Arg("part_values"), part_indices=Arg("part_indices"), list_counts=Arg("list_counts"),
+                     histogram=Arg("histogram"), fine=Arg("fine") if fine else dummy, cand_values=Arg("scores"),
+                     cand_indices=Arg("cand_indices"), out_values=Arg("out_values"), out_indices=Arg("out_indices"),
+                     S=plan.splits, LIST_SIZE=plan.kp, TOPK=topk, TOPK_P2=next_pow2(topk), BLOCK_SELECT=cfg.final_ch,
+                     S_P2=s_p2, BLOCK_COPY=max(1, FINAL_TILE // s_p2), HIST_COPIES=copies, FINE=fine, BITS=cfg.bits)
+        if ranked:
+            sel = configs.for_target(configs.SELECT, target)
+            launches.append(Launch(
+                list_rank_kernel, (rows, cdiv(topk, sel.rank_slice)), dict(num_warps=sel.rank_warps),
+                rank_keys=Arg("rank_keys"), rank_cols=Arg("rank_cols"), rank_state=Arg("rank_state"),
+                RANK_MAX=cfg.rank_entries * next_pow2(topk), SLICE=sel.rank_slice,
+                TILE=min(next_pow2(topk), sel.rank_tile), **merge))
+        else:
+            launches.append(Launch(list_merge_kernel, (rows,), dict(num_warps=cfg.final_warps), **merge))
+        offsets["cand_indices"] = (_align(listed), listed)  # inside scores
         at = offsets["hist_all"][0]
         offsets["histogram"] = (at, hist_words)
         at += hist_words
@@ -463,7 +462,10 @@ def aot_variants(target: str, cfg: configs.PagedConfig, head_dim: int = 128, hea
                list_merge_kernel, sig, consts, dict(num_warps=cfg.final_warps), _aligned(list_merge_kernel, sig))
     sel = configs.for_target(configs.SELECT, target)
     for topk in (512, 2048):
-        consts = dict(LIST_SIZE=topk, TOPK=topk, SLICE=sel.rank_slice, TILE=min(topk, sel.rank_tile), FINE=True)
+        s_p2 = 256
+        consts = dict(LIST_SIZE=topk, TOPK=topk, TOPK_P2=topk, SLICE=sel.rank_slice, TILE=min(topk, sel.rank_tile),
+                      BLOCK_SELECT=cfg.final_ch, S_P2=s_p2, BLOCK_COPY=max(1, FINAL_TILE // s_p2),
+                      HIST_COPIES=HIST_COPIES_MAX if topk == 2048 else 1, FINE=True, BITS=cfg.bits)
         sig = _signature(list_rank_kernel, consts)
         yield (f"paged_list_rank[topk={topk}]", list_rank_kernel, sig, consts, dict(num_warps=sel.rank_warps),
                _aligned(list_rank_kernel, sig))

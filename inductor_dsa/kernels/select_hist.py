@@ -17,6 +17,8 @@ lower column) and runs ``select_row`` over them, sorted there. For a few rows (R
 select kernel) each chunk also copies its list to the row's candidates, packed from a row counter,
 and ``list_rank_kernel`` places every candidate at or above the 22-bit prefix at its rank among them
 from many programs per row (``select_chunked.place_ranked``): a one-program merge is latency-bound.
+A row with too many packed entries (the ranking's compares grow as their square) is merged by the
+rank kernel's program 0 (``merge_row``, the merge kernel's work).
 
 Tried for ``logits_topk``'s few long rows (a counting kernel and a list kernel over (row, chunk)
 programs, then this merge), and slower than the chunked radix passes on an H100: 1 x 131072
@@ -137,7 +139,17 @@ def list_merge_kernel(
     reach the k-th largest key's, (T << 11) | T2, are copied: T from the key histogram, T2 the fine
     histogram's threshold for the TOPK - (keys above bin T) still needed from bin T (about TOPK
     candidates instead of TOPK plus bin T's population), and the select starts below that prefix."""
-    row = tl.program_id(0).to(tl.int64)
+    merge_row(tl.program_id(0).to(tl.int64), part_values, part_indices, list_counts, histogram, fine, cand_values,
+              cand_indices, out_values, out_indices, S, LIST_SIZE, TOPK, TOPK_P2, BLOCK_SELECT, S_P2, BLOCK_COPY,
+              HIST_COPIES, FINE, BITS)
+
+
+@triton.jit
+def merge_row(row, part_values, part_indices, list_counts, histogram, fine, cand_values, cand_indices, out_values,
+              out_indices, S, LIST_SIZE: tl.constexpr, TOPK: tl.constexpr, TOPK_P2: tl.constexpr,
+              BLOCK_SELECT: tl.constexpr, S_P2: tl.constexpr, BLOCK_COPY: tl.constexpr, HIST_COPIES: tl.constexpr,
+              FINE: tl.constexpr, BITS: tl.constexpr):
+    """``list_merge_kernel``'s work on one row."""
     sl = tl.arange(0, S_P2)
     c = tl.load(list_counts + row * S + sl, mask=sl < S, other=0)
     lo = tl.zeros((), tl.uint32)
@@ -189,33 +201,53 @@ def rank_arrive(rank_state, row, S, t1, above, counted):
 
 @triton.jit
 def list_rank_kernel(
+    part_values,  # fp32 [rows*S, LIST_SIZE] partial lists (read only by the merge fallback)
+    part_indices,  # int32, same shape: their indices
+    list_counts,  # int32 [rows*S] entries per list
+    histogram,  # int32 [rows, HIST_COPIES, HIST_BINS] key histograms (the merge fallback)
     fine,  # FINE: int32 [rows, HIST_BINS] fine histograms of the threshold bins; else unused
+    cand_values,  # fp32 [rows, S * LIST_SIZE] scratch of the merge fallback
+    cand_indices,  # int32, same shape
     rank_keys,  # int32 [rows, S * LIST_SIZE]: the row's list entries' key bits, packed
     rank_cols,  # int32, same shape: their indices
     rank_state,  # int32 [rows, RANK_STATE]: entries packed, arrivals, then (rank_arrive) T, above, keys counted
     out_values,  # fp32 [rows, TOPK] out
     out_indices,  # int32 [rows, TOPK] out
     S,  # lists per row
+    RANK_MAX,  # rows with at most this many entries are ranked, others merged
     LIST_SIZE: tl.constexpr,  # entries per partial list
     TOPK: tl.constexpr,  # k of the top-k
+    TOPK_P2: tl.constexpr,  # next power of two of TOPK
     SLICE: tl.constexpr,  # entries placed per program and step
     TILE: tl.constexpr,  # entries compared per step
+    BLOCK_SELECT: tl.constexpr,  # the merge fallback's list_merge_kernel constants ...
+    S_P2: tl.constexpr,
+    BLOCK_COPY: tl.constexpr,
+    HIST_COPIES: tl.constexpr,
     FINE: tl.constexpr,  # the fine histograms are complete
+    BITS: tl.constexpr,
 ):
     """Grid (rows, G), for a few rows: program g places the row's packed entries g * SLICE, (g + G) *
     SLICE, ... whose key reaches the row's prefix bound (``prefix22``: the top 22 bits of the k-th
     key's, or without FINE its top 11) at their rank among those (``place_ranked``; exact: the
     lists hold every winner and every key that beats one), and pads the slots past the visible keys.
-    The rank does not depend on the order in which the chunks packed their lists."""
+    The rank does not depend on the order in which the chunks packed their lists. A row of more than
+    RANK_MAX entries (chunks whose keys crowd the threshold bin, each list the chunk's top) is merged
+    by its program 0 instead (``merge_row``): the ranking's compares grow as the entries' square."""
     row = tl.program_id(0).to(tl.int64)
     st = rank_state + row * RANK_STATE
     m = tl.load(st)
-    lo, need = prefix22(fine + row * HIST_BINS, tl.load(st + 2), tl.load(st + 3), TOPK, FINE)
-    visible = tl.load(st + 4)
-    at = row * S * LIST_SIZE
-    dst = row * TOPK
-    for q0 in range(tl.program_id(1) * SLICE, tl.maximum(m, TOPK), tl.num_programs(1) * SLICE):
-        q = q0 + tl.arange(0, SLICE)
-        place_ranked(rank_keys.to(tl.pointer_type(tl.uint32)) + at, rank_cols + at, m, q, out_values + dst,
-                     out_indices + dst, TOPK, TILE, lo << FINE_SHIFT)
-        pad_slots(out_values + dst, out_indices + dst, q, visible, TOPK)
+    if m <= RANK_MAX:
+        lo, need = prefix22(fine + row * HIST_BINS, tl.load(st + 2), tl.load(st + 3), TOPK, FINE)
+        visible = tl.load(st + 4)
+        at = row * S * LIST_SIZE
+        dst = row * TOPK
+        for q0 in range(tl.program_id(1) * SLICE, tl.maximum(m, TOPK), tl.num_programs(1) * SLICE):
+            q = q0 + tl.arange(0, SLICE)
+            place_ranked(rank_keys.to(tl.pointer_type(tl.uint32)) + at, rank_cols + at, m, q, out_values + dst,
+                         out_indices + dst, TOPK, TILE, lo << FINE_SHIFT)
+            pad_slots(out_values + dst, out_indices + dst, q, visible, TOPK)
+    elif tl.program_id(1) == 0:
+        merge_row(row, part_values, part_indices, list_counts, histogram, fine, cand_values, cand_indices,
+                  out_values, out_indices, S, LIST_SIZE, TOPK, TOPK_P2, BLOCK_SELECT, S_P2, BLOCK_COPY, HIST_COPIES,
+                  FINE, BITS)
