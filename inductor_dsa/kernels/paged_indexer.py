@@ -40,8 +40,9 @@ written) the gfx942 build spilled ~230 SGPRs. After the last wave, when S > 1:
   ``select_hist.list_merge_kernel`` (one program per token): concatenates the partial lists (row
     order is preserved, so position order is row order) and runs ``select_row`` over those
     candidates with their row numbers as indices: typically k plus one bin's worth instead of S x k
-    (in one-wave plans about k: the fine cut); for at most ``PagedConfig.rank_rows`` token rows
-    ``select_chunked.rank_sort_kernel`` then places the winners from many programs.
+    (in one-wave plans about k: the fine cut). For at most ``PagedConfig.rank_rows`` token rows
+    ``select_hist.list_rank_kernel`` replaces it: the select packs each list per row and many
+    programs place the packed entries at or above the fine cut by rank.
 
 Ties: each select keeps the lowest rows among equal scores and the final sort orders ties by
 row, so the result equals a stable descending sort (the oracle), whatever the split.
