@@ -154,15 +154,14 @@ def radix_collect_kernel(
     k_start,  # [T] int32
     k_end,  # [T] int32
     state,  # [rows, PASSES * (2**BITS + 1) + 6 + n_chunks] int32, zeroed (layout: _state_row)
-    win_keys,  # [T, TOPK] fp32 out (key bits), or scratch [rows, TOPK] int32 (by_token 0)
-    win_indices,  # [T, TOPK] int32 out, or scratch [rows, TOPK] int32 (by_token 0)
+    win_keys,  # [T, TOPK] fp32 out: the winners' key bits
+    win_indices,  # [T, TOPK] int32 out: their columns
     row0,  # first token of this launch
     T,  # tokens
     K,  # columns of a row
     stride_scores_r,
     n_chunks,  # chunks per row: cdiv(K, CHUNK)
     redo,  # [1 + rows] int32 or None: a count, then the rows to collect (as radix_pass_kernel)
-    by_token,  # 1: win_* rows are indexed by token t (the outputs), 0: by r (a scratch)
     PASSES: tl.constexpr,  # 32 // BITS
     TOPK: tl.constexpr,
     CHUNK: tl.constexpr,  # columns per program
@@ -170,21 +169,20 @@ def radix_collect_kernel(
     N_CHUNKS_P2: tl.constexpr,  # next power of two of n_chunks
 ):
     """Grid (rows, n_chunks), or (any, n_chunks) walking ``redo`` as radix_pass_kernel does:
-    chunk c's winners (key bits, column), unsorted, into win_keys / win_indices (the output rows,
-    indexed by token, or a scratch indexed by r: ``by_token`` = 0 selects the latter) at
-    positions reserved from the row's counter."""
+    chunk c's winners (key bits, column), unsorted, into token t's rows of win_keys / win_indices
+    at positions reserved from the row's counter."""
     if redo is None:
         _collect_row(scores, k_start, k_end, state, win_keys, win_indices, tl.program_id(0), row0, T, K,
-                     stride_scores_r, n_chunks, by_token, PASSES, TOPK, CHUNK, BITS, N_CHUNKS_P2)
+                     stride_scores_r, n_chunks, PASSES, TOPK, CHUNK, BITS, N_CHUNKS_P2)
     else:
         for i in range(tl.program_id(0), tl.load(redo), tl.num_programs(0)):
             _collect_row(scores, k_start, k_end, state, win_keys, win_indices, tl.load(redo + 1 + i), row0, T, K,
-                         stride_scores_r, n_chunks, by_token, PASSES, TOPK, CHUNK, BITS, N_CHUNKS_P2)
+                         stride_scores_r, n_chunks, PASSES, TOPK, CHUNK, BITS, N_CHUNKS_P2)
 
 
 @triton.jit
 def _collect_row(scores, k_start, k_end, state, win_keys, win_indices, r, row0, T, K, stride_scores_r, n_chunks,
-                 by_token, PASSES: tl.constexpr, TOPK: tl.constexpr, CHUNK: tl.constexpr, BITS: tl.constexpr,
+                 PASSES: tl.constexpr, TOPK: tl.constexpr, CHUNK: tl.constexpr, BITS: tl.constexpr,
                  N_CHUNKS_P2: tl.constexpr):
     """radix_collect_kernel's work on chunk program_id(1) of row r."""
     c = tl.program_id(1)
@@ -201,7 +199,7 @@ def _collect_row(scores, k_start, k_end, state, win_keys, win_indices, r, row0, 
                 take = winners(key, m, thr, need, nbits, eq, before)
             cnt = tl.sum(take.to(tl.int32), 0)
             base = tl.atomic_add(st + _at(2, PASSES, BITS), cnt, sem="relaxed")
-            row = tl.where(by_token == 0, r, t).to(tl.int64) * TOPK
+            row = t.to(tl.int64) * TOPK
             store_winners(win_keys.to(tl.pointer_type(tl.uint32)) + row, win_indices + row, take, key, cols, base)
 
 
@@ -235,32 +233,31 @@ def _sort_row(k_start, k_end, out_values, out_indices, t, T, K, TOPK: tl.constex
 
 
 @triton.jit
-def place_ranked(keys, cols, m, q, out_values, out_indices, TOPK: tl.constexpr, TILE: tl.constexpr, lo=0):
-    """Candidates q (a slice of positions) of a row's m entries (key bits at ``keys``, distinct
-    columns at ``cols``) go to out_values / out_indices [rank], rank = how many candidates have a
-    larger key, or the same key and a lower column, when below TOPK. Candidates are the entries
-    whose key is at least ``lo`` (entries below it are neither placed nor counted). The entries
-    are compared TILE at a time."""
-    mk = tl.load(keys + q, mask=q < m, other=0)
-    mi = tl.load(cols + q, mask=q < m, other=0)
-    rank = tl.zeros(q.shape, tl.int32)
-    for p0 in range(0, m, TILE):
-        p = p0 + tl.arange(0, TILE)
-        k = tl.load(keys + p, mask=p < m, other=0)
-        i = tl.load(cols + p, mask=p < m, other=0)[None, :]
-        before = (k[None, :] > mk[:, None]) | ((k[None, :] == mk[:, None]) & (i < mi[:, None]))
-        rank += tl.sum((before & ((p < m) & (k >= lo))[None, :]).to(tl.int32), 1)
-    win = (q < m) & (mk >= lo) & (rank < TOPK)
-    tl.store(out_values + rank, key_value(mk), mask=win)
-    tl.store(out_indices + rank, mi, mask=win)
-
-
-@triton.jit
-def pad_slots(out_values, out_indices, q, valid, TOPK: tl.constexpr):
-    """Slots q (a slice) from ``valid`` up to TOPK get -inf / -1."""
-    pad = (q >= valid) & (q < TOPK)
-    tl.store(out_values + q, float("-inf"), mask=pad)
-    tl.store(out_indices + q, -1, mask=pad)
+def place_ranked(keys, cols, m, valid, out_values, out_indices, TOPK: tl.constexpr, SLICE: tl.constexpr,
+                 TILE: tl.constexpr, lo=0):
+    """Program (r, g) of a (rows, G) grid places a row's entries g * SLICE, (g + G) * SLICE, ... of
+    its m (key bits at ``keys``, distinct columns at ``cols``) at out_values / out_indices [rank],
+    rank = how many candidates have a larger key, or the same key and a lower column, when below
+    TOPK; candidates are the entries whose key is at least ``lo`` (entries below it are neither
+    placed nor counted). It pads its share of the slots from ``valid`` up to TOPK with -inf / -1.
+    The entries are compared TILE at a time."""
+    for q0 in range(tl.program_id(1) * SLICE, tl.maximum(m, TOPK), tl.num_programs(1) * SLICE):
+        q = q0 + tl.arange(0, SLICE)
+        mk = tl.load(keys + q, mask=q < m, other=0)
+        mi = tl.load(cols + q, mask=q < m, other=0)
+        rank = tl.zeros((SLICE,), tl.int32)
+        for p0 in range(0, m, TILE):
+            p = p0 + tl.arange(0, TILE)
+            k = tl.load(keys + p, mask=p < m, other=0)
+            i = tl.load(cols + p, mask=p < m, other=0)[None, :]
+            before = (k[None, :] > mk[:, None]) | ((k[None, :] == mk[:, None]) & (i < mi[:, None]))
+            rank += tl.sum((before & ((p < m) & (k >= lo))[None, :]).to(tl.int32), 1)
+        win = (q < m) & (mk >= lo) & (rank < TOPK)
+        tl.store(out_values + rank, key_value(mk), mask=win)
+        tl.store(out_indices + rank, mi, mask=win)
+        pad = (q >= valid) & (q < TOPK)
+        tl.store(out_values + q, float("-inf"), mask=pad)
+        tl.store(out_indices + q, -1, mask=pad)
 
 
 @triton.jit
@@ -336,12 +333,8 @@ def cand_rank_kernel(
         m = tl.load(st + _at(2, PASSES, BITS))
         dst = t.to(tl.int64) * TOPK
         if m <= CAP:
-            keys = cand_keys.to(tl.pointer_type(tl.uint32)) + r.to(tl.int64) * CAP
-            for q0 in range(tl.program_id(1) * SLICE, tl.maximum(m, TOPK), tl.num_programs(1) * SLICE):
-                q = q0 + tl.arange(0, SLICE)
-                place_ranked(keys, cand_cols + r.to(tl.int64) * CAP, m, q, out_values + dst, out_indices + dst, TOPK,
-                             TILE)
-                pad_slots(out_values + dst, out_indices + dst, q, m, TOPK)
+            place_ranked(cand_keys.to(tl.pointer_type(tl.uint32)) + r.to(tl.int64) * CAP,
+                         cand_cols + r.to(tl.int64) * CAP, m, m, out_values + dst, out_indices + dst, TOPK, SLICE, TILE)
         elif tl.program_id(1) == 0:
             s, e = row_range(k_start, k_end, t, K)
             thr, need, nbits, eq, done = _radix_state(st, e - s, TOPK, PASSES, PASSES, BITS)

@@ -30,7 +30,7 @@ import triton
 import triton.language as tl
 
 from .select import sel_key, select_row
-from .select_chunked import pad_slots, place_ranked
+from .select_chunked import place_ranked
 
 HIST_BINS = tl.constexpr(2048)  # histogram of the top 11 bits of the order-preserving key
 HIST_SHIFT = tl.constexpr(21)
@@ -242,11 +242,8 @@ def list_rank_kernel(
         visible = tl.load(st + 4)
         at = row * S * LIST_SIZE
         dst = row * TOPK
-        for q0 in range(tl.program_id(1) * SLICE, tl.maximum(m, TOPK), tl.num_programs(1) * SLICE):
-            q = q0 + tl.arange(0, SLICE)
-            place_ranked(rank_keys.to(tl.pointer_type(tl.uint32)) + at, rank_cols + at, m, q, out_values + dst,
-                         out_indices + dst, TOPK, TILE, lo << FINE_SHIFT)
-            pad_slots(out_values + dst, out_indices + dst, q, visible, TOPK)
+        place_ranked(rank_keys.to(tl.pointer_type(tl.uint32)) + at, rank_cols + at, m, visible, out_values + dst,
+                     out_indices + dst, TOPK, SLICE, TILE, lo << FINE_SHIFT)
     elif tl.program_id(1) == 0:
         merge_row(row, part_values, part_indices, list_counts, histogram, fine, cand_values, cand_indices,
                   out_values, out_indices, S, LIST_SIZE, TOPK, TOPK_P2, BLOCK_SELECT, S_P2, BLOCK_COPY, HIST_COPIES,

@@ -19,7 +19,7 @@ from .select_chunked import cand_rank_kernel, compact_kernel, radix_collect_kern
 from .select_filter import cand_select_kernel, filter_kernel, sample_kernel
 
 _TYPES = dict(z="fp32", scores="*fp32", k_start="*i32", k_end="*i32", state="*i32", out_values="*fp32",
-              out_indices="*i32", win_keys="*i32", win_indices="*i32", filt="*i32", redo="*i32",
+              out_indices="*i32", win_keys="*fp32", win_indices="*i32", filt="*i32", redo="*i32",
               cand_scores="*fp32", cand_cols="*i32", cand_keys="*i32")  # argument types for the AOT signatures (else i32)
 
 
@@ -124,7 +124,7 @@ def _chunked(src, row0, rows, t, n, k_start, k_end, out_v, out_i, topk, cfg, red
     args = (src, k_start, k_end, state, row0, t, n, src.stride(0), s, redo)
     for p in range(passes + 1):  # the digit passes, then the tie count
         radix_pass_kernel[(grid_rows, s)](*args, PASS=p, PASSES=passes, **common)
-    radix_collect_kernel[(grid_rows, s)](*args[:4], out_v, out_i, *args[4:], 1, PASSES=passes,
+    radix_collect_kernel[(grid_rows, s)](*args[:4], out_v, out_i, *args[4:], PASSES=passes,
                                          N_CHUNKS_P2=next_pow2(s), **common)
     listed = redo is not None and topk < cfg.sort_apart  # the filter sorted the other rows
     grid = min(rows, configs.wave_programs(src.device, 1)) if listed else rows
@@ -176,7 +176,7 @@ def aot_variants(cfg: configs.SelectConfig, n: int = 1 << 20, tokens: int = 4096
         return (f"select_{name}[topk={topk}]", kernel, sig, consts, dict(num_warps=warps),
                 {a: v for a, v in ints.items() if a in kernel.arg_names})
 
-    ints = dict(row0=0, T=1, K=n, stride_scores_r=n, n_chunks=s, by_token=1, CAP=1 << 13)
+    ints = dict(row0=0, T=1, K=n, stride_scores_r=n, n_chunks=s, CAP=1 << 13)
     many = dict(ints, T=tokens, K=filter_n, stride_scores_r=filter_n, n_chunks=cdiv(filter_n, cfg.chunk))
     for topk in (512, 2048):
         common = dict(TOPK=topk, CHUNK=cfg.chunk, BITS=cfg.pass_bits, PASSES=passes)
